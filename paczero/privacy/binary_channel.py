@@ -1,0 +1,206 @@
+"""Mutual information of the binary-input Gaussian channel and its inverse.
+
+The release of PAC-MI on a disagreement step is ``Y~ = s_{j*} + N(0, sigma^2)``
+where, to the strongest adversary, ``s_{j*}`` is a binary variable
+``xi in {-1, +1}`` with ``P(xi = +1) = q_plus`` (the posterior-weighted agreement
+probability of Algorithm 1). Its leakage is ``I(xi; xi + N(0, sigma^2))``,
+eq. (binary-mi) of the paper; :func:`sigma_for_mi` is the calibration
+``BinaryMI^{-1}(q_plus, beta)`` of Algorithm 1, line 11.
+
+Numerics. Write ``z = N / sigma`` and ``u = -(2 / sigma) (z + 1 / sigma)``;
+averaging the two branches of eq. (binary-mi) over ``xi`` gives
+
+    I = E_z[ -q log(1 + (1-q) expm1(u)) - (1-q) log(1 + q expm1(u)) ],
+
+a Gaussian expectation of a function whose only singularities sit at distance
+``pi * sigma / 2`` from the real axis. The expectation is evaluated with the
+trapezoidal rule on ``|z| <= 10.5`` (step 0.1, or 0.2 when ``sigma >= 1``),
+which converges geometrically for such integrands; the logarithms use
+``log1p(a * expm1(u))`` when ``|u| < 1`` (no cancellation at large sigma) and
+``logaddexp`` otherwise. For ``sigma >= 2000`` the low-SNR expansion
+``I = q(1-q) [2 s + (4 - 16 c3 + 12 c4) s^2] + O(s^3)`` with ``s = sigma^-2``,
+``c_n = q^(n-1) + (1-q)^(n-1)`` is used. Relative error against 25-digit
+adaptive integration is below 1e-12 on q in [1e-6, 1-1e-6], sigma in
+[0.05, 1e4] (see tests/test_privacy_math.py).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import optimize
+
+__all__ = ["binary_entropy", "binary_mi", "sigma_for_mi"]
+
+_Z_MAX = 10.5
+_SERIES_SIGMA = 2000.0
+
+
+def _trapezoid(step: float) -> tuple[np.ndarray, np.ndarray]:
+    z = np.arange(-_Z_MAX, _Z_MAX + step / 2, step)
+    w = step * np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+    return z, w
+
+
+_FINE = _trapezoid(0.1)    # sigma < 1
+_COARSE = _trapezoid(0.2)  # 1 <= sigma < _SERIES_SIGMA
+
+
+def _check_q(q: np.ndarray, name: str = "q_plus") -> None:
+    bad = ~np.isfinite(q) | (q < 0.0) | (q > 1.0)
+    if np.any(bad):
+        raise ValueError(f"{name} must lie in [0, 1]; got {q[bad].ravel()[0]!r}")
+
+
+def binary_entropy(q: ArrayLike) -> np.ndarray | float:
+    """Binary entropy ``h(q) = -q log q - (1-q) log(1-q)`` in nats (h(0) = h(1) = 0).
+
+    The ceiling of the per-step MI of one bit (Appendix B, "Entropy-ceiling cap").
+    Vectorised; returns a float for scalar input.
+    """
+    qa = np.asarray(q, dtype=np.float64)
+    _check_q(qa, "q")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -qa * np.log(qa) - (1.0 - qa) * np.log1p(-qa)
+    h = np.where((qa == 0.0) | (qa == 1.0), 0.0, h)
+    return float(h) if h.ndim == 0 else h
+
+
+def _mi_quadrature(q: float, sigma: float) -> float:
+    """Trapezoidal evaluation of eq. (binary-mi) for 0 < q <= 1/2, 0 < sigma < inf.
+
+    ``log((1-a) + a e^u)`` is taken as ``log1p(a expm1(u))`` where ``|u| < 1``
+    (no cancellation when the release is nearly pure noise) and as
+    ``logaddexp(log(1-a), log(a) + u)`` elsewhere.
+    """
+    z, w = _FINE if sigma < 1.0 else _COARSE
+    p = 1.0 - q
+    log_q, log_p = math.log(q), math.log1p(-q)
+    u = (-2.0 / sigma) * (z + 1.0 / sigma)
+    near = np.abs(u) < 1.0
+    em1 = np.expm1(np.clip(u, -1.0, 1.0))
+    mix_p = np.where(near, np.log1p(p * em1), np.logaddexp(log_q, log_p + u))
+    mix_q = np.where(near, np.log1p(q * em1), np.logaddexp(log_p, log_q + u))
+    return float(-(q * (mix_p @ w) + p * (mix_q @ w)))
+
+
+def _mi_series(q: float, sigma: float) -> float:
+    """Low-SNR expansion of eq. (binary-mi); truncation error O(sigma^-6)."""
+    s = 1.0 / (sigma * sigma)
+    p = 1.0 - q
+    c3 = q * q + p * p
+    c4 = q**3 + p**3
+    return q * p * (2.0 * s + (4.0 - 16.0 * c3 + 12.0 * c4) * s * s)
+
+
+def _mi_scalar(q: float, sigma: float) -> float:
+    q = min(q, 1.0 - q)  # I(q) = I(1 - q)
+    if q == 0.0 or sigma == math.inf:
+        return 0.0
+    if sigma == 0.0:
+        return -q * math.log(q) - (1.0 - q) * math.log1p(-q)
+    if sigma >= _SERIES_SIGMA:
+        return _mi_series(q, sigma)
+    return _mi_quadrature(q, sigma)
+
+
+def binary_mi(q_plus: ArrayLike, sigma: ArrayLike) -> np.ndarray | float:
+    """``I(xi; xi + N(0, sigma^2))`` in nats for ``xi in {-1,+1}``, ``P(xi=+1) = q_plus``.
+
+    Eq. (binary-mi) of the paper; the per-step MI of a PAC-MI disagreement step
+    (Lemma 1). Vectorised over broadcastable arrays (returns a float for scalar
+    input). Exact limits: ``q_plus in {0, 1}`` gives 0, ``sigma = 0`` gives
+    ``h(q_plus)``, ``sigma = inf`` gives 0.
+
+    Raises:
+        ValueError: ``q_plus`` outside [0, 1], ``sigma`` negative, or NaN.
+    """
+    qa = np.asarray(q_plus, dtype=np.float64)
+    sa = np.asarray(sigma, dtype=np.float64)
+    _check_q(qa)
+    bad = np.isnan(sa) | (sa < 0.0)
+    if np.any(bad):
+        raise ValueError(f"sigma must be >= 0 (inf allowed); got {sa[bad].ravel()[0]!r}")
+    qb, sb = np.broadcast_arrays(qa, sa)
+    out = np.array([_mi_scalar(float(q), float(s)) for q, s in zip(qb.ravel(), sb.ravel())])
+    out = out.reshape(qb.shape)
+    return float(out) if out.ndim == 0 else out
+
+
+def _check_scalar(x: float, name: str) -> float:
+    try:
+        xf = float(x)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number; got {x!r}") from None
+    if not math.isfinite(xf):
+        raise ValueError(f"{name} must be finite; got {x!r}")
+    return xf
+
+
+#: relative slack below beta that the root finder aims at, so that the MI realised
+#: at the returned sigma lies in [beta (1 - 1e-9), beta].
+_TARGET_SLACK = 2e-10
+
+
+def sigma_for_mi(q_plus: float, beta: float) -> float:
+    """``BinaryMI^{-1}(q_plus, beta)``: the noise scale whose binary-channel MI is ``beta``.
+
+    Algorithm 1, line 11. Brent's method on ``log I(e^t) = log beta`` in
+    ``t = log sigma``, bracketed from the I-MMSE upper bound
+    ``I <= 2 q (1-q) / sigma^2``, with a relative tolerance on the MI. The
+    calibration is conservative: ``binary_mi(q_plus, result) <= beta`` always,
+    and ``binary_mi(q_plus, result) >= beta (1 - 1e-9)``.
+
+    Args:
+        q_plus: P(xi = +1), in the open interval (0, 1).
+        beta: target MI in nats, ``0 < beta < h(q_plus)``.
+
+    Raises:
+        ValueError: q_plus outside (0, 1), beta <= 0, beta >= h(q_plus), NaN or inf.
+    """
+    q = _check_scalar(q_plus, "q_plus")
+    b = _check_scalar(beta, "beta")
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q_plus must lie in the open interval (0, 1); got {q_plus!r}")
+    if b <= 0.0:
+        raise ValueError(f"beta must be > 0; got {beta!r}")
+    h = -q * math.log(q) - (1.0 - q) * math.log1p(-q)
+    if b >= h:
+        raise ValueError(
+            f"beta={beta!r} is not achievable: it must be below h(q_plus)={h!r} "
+            f"(the entropy of one bit with q_plus={q_plus!r})"
+        )
+    q = min(q, 1.0 - q)
+    log_target = math.log(b) + math.log1p(-_TARGET_SLACK)
+
+    def f(t: float) -> float:
+        mi = _mi_scalar(q, math.exp(t))
+        return (math.log(mi) if mi > 0.0 else -math.inf) - log_target
+
+    # I-MMSE: I <= 2 q (1-q) / sigma^2, so this t makes f <= 0 (up to rounding).
+    t_hi = 0.5 * math.log(2.0 * q * (1.0 - q) / b)
+    f_hi = f(t_hi)
+    while f_hi > 0.0:
+        t_hi += 0.1
+        f_hi = f(t_hi)
+    step = 0.5
+    t_lo = t_hi - step
+    f_lo = f(t_lo)
+    while f_lo < 0.0:
+        t_hi, f_hi = t_lo, f_lo
+        step *= 2.0
+        t_lo = t_hi - step
+        f_lo = f(t_lo)
+    if f_lo == 0.0:
+        t = t_lo
+    elif f_hi == 0.0:
+        t = t_hi
+    else:
+        t = optimize.brentq(f, t_lo, t_hi, xtol=1e-12, rtol=4 * np.finfo(float).eps)
+    # Conservative nudge: never return a sigma whose realised MI exceeds beta.
+    bump = 1e-12
+    while _mi_scalar(q, math.exp(t)) > b:
+        t += bump
+        bump *= 2.0
+    return math.exp(t)
