@@ -1,0 +1,196 @@
+"""Prompted classification with verbalizers (SST-2 and friends).
+
+Each example becomes ``template.format(**example)`` and each class an option
+string (the verbalizer). A class score is the mean log-probability of the
+option's tokens after the prompt (log-softmax over the full vocabulary); the
+per-sample loss is the cross-entropy of the label over the class scores and the
+prediction is their argmax.
+
+When every option is one token, one forward of the prompt alone gives all
+scores: left padding puts the prediction position last, so the model projects
+only that position (``logits_to_keep=1``) and the option ids are read from it.
+Otherwise each example gets one row per option (``prompt + option[:-1]``) and
+the last ``max option length`` positions score the option tokens, still batched.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from paczero.tasks.batching import (
+    Batch,
+    Encoded,
+    collect,
+    forward_logits,
+    left_pad,
+    model_device,
+    pad_token_id,
+    plan_batches,
+    prompt_prefix,
+    right_align,
+    target_logprobs,
+    tokenize,
+    truncate_left,
+)
+
+SST2_TEMPLATE = "{sentence} It was"
+SST2_VERBALIZER = {0: " terrible", 1: " great"}
+
+
+def template_fields(template: str) -> list[str]:
+    """The ``{placeholder}`` names of a format template."""
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+
+
+class ClassificationTask:
+    """Prompted classification scored through verbalizer tokens.
+
+    ``scoring`` is ``"auto"`` (one forward per example when every option is a
+    single token, else one row per option) or ``"per_candidate"`` (always one
+    row per option; same losses, slower; kept for tests and checks).
+    """
+
+    metric = "accuracy"
+
+    def __init__(
+        self,
+        tokenizer,
+        template: str = SST2_TEMPLATE,
+        verbalizer: Mapping[int, str] | None = None,
+        max_length: int = 512,
+        scoring: str = "auto",
+        name: str = "sst2",
+    ):
+        verbalizer = dict(SST2_VERBALIZER if verbalizer is None else verbalizer)
+        if len(verbalizer) < 2:
+            raise ValueError(f"verbalizer needs at least 2 classes, got {verbalizer}")
+        try:
+            verbalizer = {int(k): str(v) for k, v in verbalizer.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"verbalizer keys must be integer labels, got {list(verbalizer)}") from None
+        if scoring not in ("auto", "per_candidate"):
+            raise ValueError(f"scoring must be 'auto' or 'per_candidate', got {scoring!r}")
+        if not template_fields(template):
+            raise ValueError(f"template has no {{placeholder}}: {template!r}")
+        self.name = name
+        self.tokenizer = tokenizer
+        self.template = template
+        self.verbalizer = verbalizer
+        self.labels = sorted(verbalizer)
+        self.max_length = int(max_length)
+        self.pad_id = pad_token_id(tokenizer)
+        self.prefix = prompt_prefix(tokenizer)
+        self.option_ids = tokenize(tokenizer, [verbalizer[k] for k in self.labels])
+        empty = [verbalizer[k] for k, ids in zip(self.labels, self.option_ids) if not ids]
+        if empty:
+            raise ValueError(f"verbalizer options tokenise to nothing: {empty}")
+        self.single_token = scoring == "auto" and all(len(ids) == 1 for ids in self.option_ids)
+        self.max_option_len = max(len(ids) for ids in self.option_ids)
+        self._option_tensor = torch.tensor([ids[0] for ids in self.option_ids]) if self.single_token else None
+
+    def __repr__(self) -> str:
+        return f"ClassificationTask({self.name!r}, template={self.template!r}, verbalizer={self.verbalizer!r})"
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.labels)
+
+    # -- encoding and batching ----------------------------------------------
+    def encode(self, examples: Sequence[Mapping]) -> list[Encoded]:
+        """Tokenise ``examples`` (dicts with the template's fields and ``label``) once."""
+        fields = template_fields(self.template)
+        position = {label: i for i, label in enumerate(self.labels)}
+        prompts, labels = [], []
+        for i, ex in enumerate(examples):
+            missing = [f for f in fields + ["label"] if f not in ex]
+            if missing:
+                raise ValueError(f"example {i} lacks {missing} (has {sorted(ex)})")
+            try:
+                label = int(ex["label"])
+            except (TypeError, ValueError):
+                raise ValueError(f"example {i}: label {ex['label']!r} is not an integer") from None
+            if label not in position:
+                raise ValueError(f"example {i}: label {label} not in the verbalizer labels {self.labels}")
+            prompts.append(self.template.format_map({f: ex[f] for f in fields}))
+            labels.append(position[label])
+        room = self.max_length - (self.max_option_len - 1)
+        return [
+            Encoded(prompt_ids=np.asarray(truncate_left(ids, room, self.prefix), dtype=np.int64), label=label)
+            for ids, label in zip(tokenize(self.tokenizer, prompts), labels)
+        ]
+
+    def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None) -> list[Batch]:
+        """Left-padded micro-batches of at most ``token_budget`` padded tokens (>= 1 example)."""
+        if self.single_token:
+            lengths = [len(e.prompt_ids) for e in enc]
+            groups = plan_batches(lengths, token_budget, 1, indices)
+            return [self._single_batch(enc, g) for g in groups]
+        lengths = [len(e.prompt_ids) + self.max_option_len - 1 for e in enc]
+        groups = plan_batches(lengths, token_budget, self.num_classes, indices)
+        return [self._candidate_batch(enc, g) for g in groups]
+
+    def _single_batch(self, enc, group) -> Batch:
+        ids, mask, pos = left_pad([enc[i].prompt_ids for i in group], self.pad_id)
+        labels = torch.tensor([enc[i].label for i in group], dtype=torch.int64)
+        return Batch(index=group, input_ids=ids, attention_mask=mask, position_ids=pos, labels=labels)
+
+    def _candidate_batch(self, enc, group) -> Batch:
+        rows, targets = [], []
+        for i in group:
+            prompt = list(enc[i].prompt_ids)
+            for option in self.option_ids:
+                rows.append(prompt + option[:-1])
+                targets.append(option)
+        ids, mask, pos = left_pad(rows, self.pad_id)
+        tgt, tgt_mask = right_align(targets)
+        labels = torch.tensor([enc[i].label for i in group], dtype=torch.int64)
+        return Batch(
+            index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
+            labels=labels, targets=tgt, target_mask=tgt_mask,
+        )
+
+    # -- scoring --------------------------------------------------------------
+    def scores(self, model, batch: Batch) -> torch.Tensor:
+        """Class scores ``[B, C]`` (mean option log-prob), fp32."""
+        if batch.targets is None:
+            logits = forward_logits(model, batch, 1)[:, -1]  # [B, V]
+            option_ids = self._option_tensor.to(logits.device)
+            return logits[:, option_ids] - torch.logsumexp(logits, dim=-1, keepdim=True)
+        return target_logprobs(model, batch).view(len(batch.index), self.num_classes)
+
+    def losses(self, model, batch: Batch) -> torch.Tensor:
+        """Per-sample training loss ``[B]``: cross-entropy of the label over the class scores."""
+        return F.cross_entropy(self.scores(model, batch), batch.labels, reduction="none")
+
+    def evaluate(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> dict[str, float]:
+        """Mean loss and accuracy (fraction in [0, 1]) over ``enc``, batched."""
+        if not enc:
+            raise ValueError("evaluate needs at least one example")
+        device = model_device(model)
+        batches = self.make_batches(enc, token_budget)
+        losses, correct = [], []
+        with torch.inference_mode():
+            for batch in batches:
+                batch = batch.to(device)
+                scores = self.scores(model, batch)
+                losses.append(F.cross_entropy(scores, batch.labels, reduction="none"))
+                correct.append((scores.argmax(dim=-1) == batch.labels).float())
+        loss = collect(losses, batches, len(enc))
+        acc = collect(correct, batches, len(enc))
+        return {"loss": float(loss.mean()), "accuracy": float(acc.mean())}
+
+    def predict(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> np.ndarray:
+        """Predicted labels (verbalizer keys) for ``enc``, in order."""
+        device = model_device(model)
+        batches = self.make_batches(enc, token_budget)
+        preds = []
+        with torch.inference_mode():
+            for batch in batches:
+                preds.append(self.scores(model, batch.to(device)).argmax(dim=-1).float())
+        positions = collect(preds, batches, len(enc)).long().numpy()
+        return np.asarray(self.labels)[positions]

@@ -1,0 +1,250 @@
+"""Loading the train, dev and test splits.
+
+``load_splits(task)`` follows the paper's protocol by default: ``n_train`` and
+``n_dev`` examples sampled (seeded, disjoint) from the train split, and the
+test split taken from the validation split (all 872 for SST-2, 1000 sampled for
+SQuAD). ``source`` may instead name a local ``.jsonl``/``.json``/``.csv``/
+``.tsv``/``.parquet`` file or ``"demo"`` (the sentiment set shipped with the
+package). Every example comes back as a plain dict with the task's canonical
+fields: ``sentence``/``label`` for classification, ``id``/``title``/
+``context``/``question``/``answers`` (a list of strings) for SQuAD.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+DEMO_PATH = Path(__file__).resolve().parent.parent / "data" / "demo_sentiment.jsonl"
+
+TASK_ALIASES = {
+    "sst2": "sst2",
+    "sst-2": "sst2",
+    "sst_2": "sst2",
+    "glue/sst2": "sst2",
+    "stanfordnlp/sst2": "sst2",
+    "squad": "squad",
+    "squad1": "squad",
+    "squad1.1": "squad",
+    "squad_v1": "squad",
+    "squad-v1": "squad",
+    "rajpurkar/squad": "squad",
+    "demo": "demo",
+    "demo_sentiment": "demo",
+    "demo-sentiment": "demo",
+}
+
+# Canonical fields per task and the hub column that holds each.
+FIELDS = {
+    "sst2": ("sentence", "label"),
+    "demo": ("sentence", "label"),
+    "squad": ("id", "title", "context", "question", "answers"),
+}
+HUB = {"sst2": "stanfordnlp/sst2", "squad": "rajpurkar/squad"}
+DEFAULT_TEST = {"sst2": None, "demo": None, "squad": 1000}  # None: the whole split
+DEMO_COLUMNS = {"sentence": "text", "label": "label"}
+DEV_SPLITS = ("dev", "validation", "valid", "val")
+
+
+def canonical_task(name: str) -> str:
+    """``sst2``, ``squad`` or ``demo`` for any accepted spelling; ``ValueError`` otherwise."""
+    key = str(name).strip().lower()
+    if key not in TASK_ALIASES:
+        raise ValueError(f"unknown task {name!r}; choose one of {sorted(set(TASK_ALIASES.values()))}")
+    return TASK_ALIASES[key]
+
+
+def load_splits(
+    task_name: str,
+    source: str | Path | None = None,
+    n_train: int | None = 1000,
+    n_dev: int | None = 500,
+    n_test: int | None = None,
+    seed: int = 0,
+    columns: Mapping[str, str] | None = None,
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """``(train, dev, test)`` lists of example dicts for ``task_name``.
+
+    ``source``: ``None`` (the hub dataset; the demo set for task ``demo``),
+    ``"demo"`` or a local file path. ``columns`` maps canonical field names to
+    the file's column names (``{"sentence": "text"}``); unmapped fields are read
+    from columns of the same name. ``n_train=None`` takes every train example
+    left after the dev sample; ``n_dev=None`` likewise; ``n_test=None`` keeps
+    the task default (whole split, 1000 for SQuAD, 20% when carved from one
+    file). Sampling is seeded and the three splits are disjoint.
+    """
+    task = canonical_task(task_name)
+    for name, value in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
+        if value is not None and int(value) < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    if source is None and task == "demo":
+        source = "demo"
+    if source is not None and str(source) == "demo":
+        source, columns = DEMO_PATH, {**DEMO_COLUMNS, **(columns or {})}
+    if source is None:
+        return _load_hub(task, n_train, n_dev, n_test, seed)
+    return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {})
+
+
+# -- hub datasets ------------------------------------------------------------------
+def _load_hub(task, n_train, n_dev, n_test, seed):
+    import datasets  # lazy: importing datasets is slow and needs no network until here
+
+    data = datasets.load_dataset(HUB[task])
+    train_pool = [_canonical(task, row) for row in data["train"]]
+    test_pool = [_canonical(task, row) for row in data["validation"]]
+    rng = np.random.default_rng(seed)
+    train, dev = _sample_train_dev(train_pool, n_train, n_dev, rng, "train split")
+    test = _sample(test_pool, n_test if n_test is not None else DEFAULT_TEST[task], rng, "validation split")
+    return train, dev, test
+
+
+# -- local files ---------------------------------------------------------------------
+def read_records(path: Path) -> list[dict]:
+    """Rows of a ``.jsonl``/``.json``/``.csv``/``.tsv``/``.parquet`` file as dicts."""
+    if not path.is_file():
+        raise ValueError(f"data file not found: {path}")
+    suffix = path.suffix.lower()
+    try:
+        if suffix in (".jsonl", ".ndjson"):
+            with path.open(encoding="utf-8") as f:
+                return [json.loads(line) for line in f if line.strip()]
+        if suffix == ".json":
+            text = path.read_text(encoding="utf-8")
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError:  # JSON lines under a .json name
+                return [json.loads(line) for line in text.splitlines() if line.strip()]
+            if isinstance(data, dict) and isinstance(data.get("data"), list):
+                data = data["data"]
+            if not isinstance(data, list):
+                raise ValueError(f"{path}: expected a list of records (or {{'data': [...]}})")
+            return data
+        if suffix in (".csv", ".tsv"):
+            with path.open(encoding="utf-8", newline="") as f:
+                return list(csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ","))
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    raise ValueError(f"unsupported data file type {suffix!r} ({path}); use .jsonl, .json, .csv, .tsv or .parquet")
+
+
+def _load_file(task, path, n_train, n_dev, n_test, seed, columns):
+    records = read_records(path)
+    if not records:
+        raise ValueError(f"{path} holds no examples")
+    unknown = sorted(set(columns) - set(FIELDS[task]))
+    if unknown:
+        raise ValueError(f"columns mapping names unknown field(s) {unknown}; fields of {task}: {list(FIELDS[task])}")
+    wanted = {field: columns.get(field, field) for field in FIELDS[task]}
+    if task == "squad":  # id and title are optional in local files
+        optional = {f for f in ("id", "title") if f not in columns}
+    else:
+        optional = set()
+    present = set(records[0])
+    missing = [col for field, col in wanted.items() if col not in present and field not in optional]
+    if missing:
+        raise ValueError(f"{path} lacks column(s) {missing}; it has {sorted(present)}")
+    rows = []
+    for i, record in enumerate(records):
+        row = {field: record.get(col) for field, col in wanted.items()}
+        if task == "squad":
+            row["id"] = str(row["id"]) if row["id"] is not None else str(i)
+            row["title"] = row["title"] if row["title"] is not None else ""
+        rows.append(_canonical(task, row, where=f"{path} row {i}"))
+
+    rng = np.random.default_rng(seed)
+    splits = [str(r.get("split", "")).strip().lower() for r in records] if "split" in present else None
+    if splits is None:
+        default_test = max(1, round(0.2 * len(rows))) if len(rows) > 1 else 0
+        n_test = default_test if n_test is None else int(n_test)
+        if n_test > len(rows):
+            raise ValueError(f"{path} has {len(rows)} examples, fewer than n_test={n_test}")
+        order = rng.permutation(len(rows))
+        test = [rows[i] for i in order[:n_test]]
+        pool = [rows[i] for i in order[n_test:]]
+        train, dev = _sample_train_dev(pool, n_train, n_dev, rng, f"{path} (after {n_test} test examples)")
+        return train, dev, test
+
+    by_split: dict[str, list[dict]] = {}
+    for name, row in zip(splits, rows):
+        by_split.setdefault(name, []).append(row)
+    if "train" not in by_split:
+        raise ValueError(f"{path} has a split column but no 'train' rows (splits: {sorted(by_split)})")
+    dev_name = next((s for s in DEV_SPLITS if s in by_split), None)
+    if "test" in by_split:
+        test_pool = by_split["test"]
+    elif dev_name is not None:
+        test_pool, dev_name = by_split.pop(dev_name), None
+    else:
+        raise ValueError(f"{path} has a split column but no 'test' or validation rows (splits: {sorted(by_split)})")
+    if dev_name is None:
+        train, dev = _sample_train_dev(by_split["train"], n_train, n_dev, rng, f"{path} 'train' rows")
+    else:
+        dev = _sample(by_split[dev_name], n_dev, rng, f"{path} {dev_name!r} rows")
+        train = _sample(by_split["train"], n_train, rng, f"{path} 'train' rows")
+    test = _sample(test_pool, n_test, rng, f"{path} test rows")
+    return train, dev, test
+
+
+# -- sampling and field normalisation ------------------------------------------------
+def _sample(pool: Sequence[dict], n: int | None, rng, where: str) -> list[dict]:
+    """``n`` seeded picks from ``pool`` (all of it, in order, when ``n`` is None)."""
+    if n is None:
+        return list(pool)
+    if n > len(pool):
+        raise ValueError(f"{where} has {len(pool)} examples, fewer than the {n} requested")
+    return [pool[i] for i in rng.permutation(len(pool))[:n]]
+
+
+def _sample_train_dev(pool, n_train, n_dev, rng, where):
+    """Disjoint seeded train and dev samples from one pool (dev drawn after train)."""
+    if n_train is None and n_dev is None:
+        raise ValueError("n_train and n_dev cannot both be None when dev is carved from the train pool")
+    want_train = n_train if n_train is not None else len(pool) - n_dev
+    want_dev = n_dev if n_dev is not None else len(pool) - n_train
+    if want_train < 0 or want_dev < 0 or want_train + want_dev > len(pool):
+        raise ValueError(
+            f"{where} has {len(pool)} examples, fewer than n_train+n_dev={n_train}+{n_dev}"
+        )
+    order = rng.permutation(len(pool))
+    train = [pool[i] for i in order[:want_train]]
+    dev = [pool[i] for i in order[want_train:want_train + want_dev]]
+    return train, dev
+
+
+def _canonical(task: str, row: Mapping, where: str = "dataset row") -> dict:
+    """The task's canonical fields of ``row`` with normalised types."""
+    if task in ("sst2", "demo"):
+        label = row["label"]
+        try:
+            label = int(float(label)) if isinstance(label, str) else int(label)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: label {label!r} is not an integer") from None
+        return {"sentence": str(row["sentence"]), "label": label}
+    answers = row["answers"]
+    if isinstance(answers, Mapping):  # hub format {"text": [...], "answer_start": [...]}
+        answers = answers.get("text")
+    if isinstance(answers, str):
+        try:
+            parsed = json.loads(answers)  # CSV cells holding a JSON list
+            answers = parsed if isinstance(parsed, list) else [answers]
+        except json.JSONDecodeError:
+            answers = [answers]
+    answers = [str(a) for a in (answers or [])]
+    if not answers:
+        raise ValueError(f"{where}: no answers")
+    return {
+        "id": str(row["id"]),
+        "title": str(row["title"]),
+        "context": str(row["context"]),
+        "question": str(row["question"]),
+        "answers": answers,
+    }
