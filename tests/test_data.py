@@ -1,0 +1,138 @@
+"""Data loading: the shipped demo set, local files, the paper's sampling protocol."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import Counter
+
+import pytest
+
+from paczero.tasks import load_splits
+from paczero.tasks.data import DEMO_PATH, canonical_task
+
+
+def as_keys(rows):
+    return [json.dumps(r, sort_keys=True) for r in rows]
+
+
+def test_demo_set_is_balanced_unique_and_short():
+    rows = [json.loads(line) for line in DEMO_PATH.read_text().splitlines()]
+    assert len(rows) == 400 and len({r["text"] for r in rows}) == 400
+    counts = Counter((r["split"], r["label"]) for r in rows)
+    assert counts == {("train", 0): 150, ("train", 1): 150, ("test", 0): 50, ("test", 1): 50}
+    assert all(5 <= len(r["text"].split()) <= 30 for r in rows)
+
+
+def test_demo_splits_disjoint_and_seeded():
+    train, dev, test = load_splits("demo", n_train=200, n_dev=100, seed=3)
+    assert (len(train), len(dev), len(test)) == (200, 100, 100)
+    assert set(train[0]) == {"sentence", "label"}
+    keys = [set(as_keys(s)) for s in (train, dev, test)]
+    assert not (keys[0] & keys[1]) and not (keys[0] & keys[2]) and not (keys[1] & keys[2])
+    again = load_splits("sst2", source="demo", n_train=200, n_dev=100, seed=3)
+    assert again == (train, dev, test)
+    other = load_splits("demo", n_train=200, n_dev=100, seed=4)
+    assert other[0] != train and other[2] == test  # test is the whole test split
+    everything, small_dev, _ = load_splits("demo", n_train=None, n_dev=20)
+    assert len(everything) == 280 and len(small_dev) == 20
+
+
+def write_rows(path, rows):
+    if path.suffix == ".jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(rows))
+    elif path.suffix == ".csv":
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".csv", ".parquet"])
+def test_local_file_without_split_is_carved(tmp_path, suffix):
+    rows = [{"review": f"review number {i}", "stars": i % 2} for i in range(50)]
+    path = write_rows(tmp_path / f"data{suffix}", rows)
+    train, dev, test = load_splits("sst2", source=path, n_train=30, n_dev=10, columns={"sentence": "review", "label": "stars"})
+    assert (len(train), len(dev), len(test)) == (30, 10, 10)  # test: 20% of 50
+    assert all(isinstance(r["label"], int) for r in train + dev + test)
+    assert len({r["sentence"] for r in train + dev + test}) == 50
+    with pytest.raises(ValueError, match="fewer than n_train"):
+        load_splits("sst2", source=path, n_train=35, n_dev=10, columns={"sentence": "review", "label": "stars"})
+
+
+def test_local_file_with_split_column(tmp_path):
+    rows = [{"sentence": f"s{i}", "label": i % 2, "split": "train"} for i in range(20)]
+    rows += [{"sentence": f"v{i}", "label": i % 2, "split": "validation"} for i in range(6)]
+    rows += [{"sentence": f"t{i}", "label": i % 2, "split": "test"} for i in range(4)]
+    path = write_rows(tmp_path / "d.jsonl", rows)
+    train, dev, test = load_splits("sst2", source=path, n_train=10, n_dev=None)
+    assert len(train) == 10 and all(r["sentence"].startswith("s") for r in train)
+    assert len(dev) == 6 and all(r["sentence"].startswith("v") for r in dev)
+    assert [r["sentence"] for r in test] == [f"t{i}" for i in range(4)]
+
+
+def test_local_squad_file(tmp_path):
+    rows = [
+        {"context": f"Paris is the capital of country {i}.", "question": "What is the capital?", "answers": ["Paris"]}
+        for i in range(10)
+    ]
+    path = write_rows(tmp_path / "qa.jsonl", rows)
+    train, dev, test = load_splits("squad", source=path, n_train=6, n_dev=2)
+    assert (len(train), len(dev), len(test)) == (6, 2, 2)
+    assert train[0]["answers"] == ["Paris"] and train[0]["title"] == ""
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="unknown task"):
+        load_splits("imdb")
+    with pytest.raises(ValueError, match="not found"):
+        load_splits("sst2", source=tmp_path / "missing.jsonl")
+    path = write_rows(tmp_path / "d.jsonl", [{"text": "fine", "label": 1}] * 5)
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['sentence'\]"):
+        load_splits("sst2", source=path)
+    with pytest.raises(ValueError, match="fewer than"):
+        load_splits("demo")  # the paper's 1000 + 500 do not fit 300 demo train rows
+    bad = write_rows(tmp_path / "bad.jsonl", [{"sentence": "x", "label": "positive"}] * 5)
+    with pytest.raises(ValueError, match="not an integer"):
+        load_splits("sst2", source=bad)
+    with pytest.raises(ValueError, match="unsupported"):
+        load_splits("sst2", source=write_rows(tmp_path / "d.jsonl", [{"a": 1}]).rename(tmp_path / "d.txt"))
+
+
+def test_aliases():
+    assert canonical_task("SST-2") == "sst2" and canonical_task("rajpurkar/squad") == "squad"
+
+
+def test_hub_protocol_with_a_stand_in_for_load_dataset(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake_load_dataset(name):
+        calls.append(name)
+        if name == "stanfordnlp/sst2":
+            make = lambda n, tag: [{"idx": i, "sentence": f"{tag}{i}", "label": i % 2} for i in range(n)]  # noqa: E731
+            return {"train": make(2000, "tr"), "validation": make(872, "va")}
+        make = lambda n, tag: [  # noqa: E731
+            {"id": f"{tag}{i}", "title": "T", "context": "C", "question": "Q",
+             "answers": {"text": ["A", "a"], "answer_start": [0, 0]}}
+            for i in range(n)
+        ]
+        return {"train": make(1600, "tr"), "validation": make(1200, "va")}
+
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    train, dev, test = load_splits("sst2")
+    assert (len(train), len(dev), len(test)) == (1000, 500, 872)
+    assert not ({r["sentence"] for r in train} & {r["sentence"] for r in dev})
+    train, dev, test = load_splits("squad", seed=1)
+    assert (len(train), len(dev), len(test)) == (1000, 500, 1000)
+    assert test[0]["answers"] == ["A", "a"] and test[0]["id"].startswith("va")
+    assert calls == ["stanfordnlp/sst2", "rajpurkar/squad"]
