@@ -55,7 +55,9 @@ def tiny_model(kind: str, vocab: int, dtype=torch.float32):
         )
         model = OPTForCausalLM(config)
     else:
-        config = GPT2Config(vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=1024)
+        config = GPT2Config(
+            vocab_size=vocab, n_embd=64, n_layer=2, n_head=4, n_positions=1024, bos_token_id=0, eos_token_id=0,
+        )
         model = GPT2LMHeadModel(config)
     return model.to(dtype).eval()
 
@@ -222,3 +224,116 @@ def test_classification_bad_input(tokenizer):
         build_task("sst2", tokenizer, verbaliser={0: " a", 1: " b"})
     # string keys (from YAML/JSON) are accepted
     assert build_task("sst2", tokenizer, verbalizer={"0": " bad", "1": " good"}).labels == [0, 1]
+
+
+# -- SQuAD -----------------------------------------------------------------------------
+QA = [
+    {"id": "1", "title": "Paris", "context": "Paris is the capital and largest city of France.",
+     "question": "What is the capital of France?", "answers": ["Paris", "the city of Paris"]},
+    {"id": "2", "title": "Moon", "context": "The first crewed Moon landing was Apollo 11, in July 1969. " * 3,
+     "question": "When did Apollo 11 land?", "answers": {"text": ["July 1969"], "answer_start": [40]}},
+    {"id": "3", "title": "Water", "context": "Water boils at 100 degrees Celsius at sea level.",
+     "question": "At what temperature does water boil?", "answers": ["100 degrees Celsius"]},
+]
+
+
+def test_squad_normalisation_f1_em():
+    from paczero.tasks.qa import best_em, best_f1, f1_score, normalize_answer
+
+    assert normalize_answer("The  Eiffel-Tower!") == "eiffeltower"
+    assert normalize_answer("an apple, a pear") == "apple pear"
+    assert f1_score("the cat sat", "cat sat down") == pytest.approx(0.8)
+    assert f1_score("dog", "cat") == 0.0 and f1_score("", "") == 1.0
+    assert best_f1("Paris", ["France", "paris."]) == 1.0
+    assert best_em("in July 1969", ["July 1969"]) == 0.0
+    assert best_f1("in July 1969", ["July 1969"]) == pytest.approx(0.8)
+
+
+def test_squad_nll_matches_unpadded_reference(tokenizer, model):
+    task = build_task("squad", tokenizer)
+    assert task.objective == "nll" and task.metric == "f1"
+    got = all_losses(task, model, QA, token_budget=64)
+    want = []
+    with torch.inference_mode():
+        for enc in task.encode(QA):
+            ids = torch.tensor([list(enc.prompt_ids) + list(enc.target_ids)])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+            p = len(enc.prompt_ids)
+            want.append(-torch.stack([logp[p - 1 + j, t] for j, t in enumerate(enc.target_ids)]).mean())
+    torch.testing.assert_close(got, torch.stack(want), atol=1e-5, rtol=1e-5)
+
+
+def test_squad_target_is_first_answer_with_newline(tokenizer):
+    task = build_task("squad", tokenizer)
+    enc = task.encode(QA)
+    assert tokenizer.decode(enc[0].target_ids) == " Paris\n"
+    assert enc[1].answers == ("July 1969",)
+    assert tokenizer.decode(enc[0].prompt_ids).endswith("Question: What is the capital of France?\nAnswer:")
+    short = build_task("squad", tokenizer, max_length=24).encode(QA)
+    assert all(len(e.prompt_ids) + len(e.target_ids) - 1 <= 24 for e in short)
+    assert tokenizer.decode(short[1].prompt_ids).endswith("\nAnswer:")
+
+
+@pytest.mark.parametrize("kind", ["llama", "opt", "gpt2"])
+def test_squad_padded_generation_matches_one_at_a_time(tokenizer, kind):
+    model = tiny_model(kind, len(tokenizer))
+    task = build_task("squad", tokenizer, objective="f1", max_new_tokens=5)
+    enc = task.encode(QA)
+    (batch,) = task.make_batches(enc, token_budget=10_000)
+    assert batch.targets is None and batch.input_ids.shape[0] == 3
+    together = task.generate(model, batch)
+    alone = [task.generate(model, task.make_batches(enc, 10_000, [i])[0])[0] for i in batch.index]
+    assert together == alone
+
+
+def test_squad_generation_stops_at_newline(tokenizer, llama):
+    task = build_task("squad", tokenizer, objective="f1", max_new_tokens=6)
+    (batch,) = task.make_batches(task.encode(QA), token_budget=10_000)
+    calls = []
+    hook = llama.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        task._stop_mask = torch.ones(len(tokenizer), dtype=torch.bool)  # every token "contains a newline"
+        task.generate(llama, batch)
+        assert len(calls) == 1
+        calls.clear()
+        task._stop_mask = torch.zeros(len(tokenizer), dtype=torch.bool)
+        task.generate(llama, batch)
+        assert len(calls) == 6
+    finally:
+        hook.remove()
+        task._stop_mask = None
+    mask = task.stop_mask()
+    assert mask[tokenizer("\n", add_special_tokens=False)["input_ids"][0]] and not mask[1109]
+
+
+class ScriptedGenerator(torch.nn.Module):
+    """Stands in for a model: 'generates' a fixed text after every prompt."""
+
+    def __init__(self, tokenizer, text):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.reply = tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def generate(self, input_ids, attention_mask, **kwargs):
+        reply = torch.tensor(self.reply).expand(input_ids.shape[0], -1)
+        return torch.cat([input_ids, reply], dim=1)
+
+
+def test_squad_f1_objective_and_evaluate_read_the_first_line(tokenizer, llama):
+    task = build_task("squad", tokenizer, objective="f1")
+    (batch,) = task.make_batches(task.encode(QA), token_budget=10_000)
+    scripted = ScriptedGenerator(tokenizer, " Paris\nQuestion: July 1969")
+    with torch.inference_mode():
+        losses = task.losses(scripted, batch)
+    by_example = dict(zip(batch.index.tolist(), losses.tolist()))
+    assert by_example == {0: -1.0, 1: 0.0, 2: 0.0}
+    metrics = task.evaluate(llama, task.encode(QA), token_budget=256)
+    assert set(metrics) == {"loss", "f1", "em"} and 0.0 <= metrics["f1"] <= 1.0 and metrics["loss"] > 0
+    assert task.evaluate(llama, task.encode(QA), token_budget=256) == metrics
+
+
+def test_squad_bad_options(tokenizer):
+    with pytest.raises(ValueError, match="objective"):
+        build_task("squad", tokenizer, objective="accuracy")
+    with pytest.raises(ValueError, match="no answers"):
+        build_task("squad", tokenizer).encode([{**QA[0], "answers": []}])

@@ -1,0 +1,249 @@
+"""Extractive question answering (SQuAD v1.1) as generation.
+
+Prompt ``"Title: {title}\\nContext: {context}\\nQuestion: {question}\\nAnswer:"``,
+target ``" {first answer}\\n"``. Two training objectives:
+
+- ``"nll"`` (default): the teacher-forced mean negative log-likelihood of the
+  target tokens; one forward of ``prompt + target[:-1]`` per example, with only
+  the last ``max target length`` positions projected through the LM head.
+- ``"f1"``: minus the token F1 of a greedy generation (the paper's
+  non-differentiable objective); costs a ``generate`` call per batch.
+
+Evaluation generates greedily (``max_new_tokens``, stopping at a newline or
+EOS) and reports SQuAD-normalised F1 and exact match as fractions in [0, 1],
+the maximum over the gold answers, plus the answer NLL as ``loss``.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from paczero.tasks.batching import (
+    Batch,
+    Encoded,
+    collect,
+    left_pad,
+    model_device,
+    pad_token_id,
+    plan_batches,
+    prompt_prefix,
+    right_align,
+    target_logprobs,
+    tokenize,
+    truncate_left,
+)
+from paczero.tasks.classification import template_fields
+
+SQUAD_TEMPLATE = "Title: {title}\nContext: {context}\nQuestion: {question}\nAnswer:"
+OBJECTIVES = ("nll", "f1")
+
+_PUNCTUATION = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation and articles, squeeze spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def f1_score(prediction: str, gold: str) -> float:
+    """Token-overlap F1 of two answers after normalisation."""
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def best_f1(prediction: str, golds: Sequence[str]) -> float:
+    return max(f1_score(prediction, g) for g in golds)
+
+
+def best_em(prediction: str, golds: Sequence[str]) -> float:
+    return max(exact_match(prediction, g) for g in golds)
+
+
+class _StopAtNewline:
+    """Marks a row finished once its last token contains a newline.
+
+    ``generate`` keeps finished rows finished (padding them), so stopping is
+    per row and generation ends when every row has produced a newline or EOS.
+    """
+
+    def __init__(self, stop_mask: torch.Tensor):
+        self.stop_mask = stop_mask
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        mask = self.stop_mask.to(input_ids.device)
+        last = input_ids[:, -1].clamp(0, len(mask) - 1)
+        return mask[last]
+
+
+class SquadTask:
+    """SQuAD v1.1 with a teacher-forced NLL or a generation-F1 training loss."""
+
+    metric = "f1"
+
+    def __init__(
+        self,
+        tokenizer,
+        objective: str = "nll",
+        max_new_tokens: int = 50,
+        max_length: int = 1024,
+        template: str = SQUAD_TEMPLATE,
+    ):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"SQuAD objective must be one of {OBJECTIVES}, got {objective!r}")
+        if int(max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        self.name = "squad"
+        self.tokenizer = tokenizer
+        self.objective = objective
+        self.max_new_tokens = int(max_new_tokens)
+        self.max_length = int(max_length)
+        self.template = template
+        self.pad_id = pad_token_id(tokenizer)
+        self.prefix = prompt_prefix(tokenizer)
+        self._stop_mask = None
+
+    def __repr__(self) -> str:
+        return f"SquadTask(objective={self.objective!r}, max_new_tokens={self.max_new_tokens})"
+
+    # -- encoding and batching ----------------------------------------------
+    def encode(self, examples: Sequence[Mapping]) -> list[Encoded]:
+        """Tokenise prompts and first-answer targets once; keep every gold answer."""
+        fields = template_fields(self.template)
+        prompts, targets, golds = [], [], []
+        for i, ex in enumerate(examples):
+            missing = [f for f in fields + ["answers"] if f not in ex]
+            if missing:
+                raise ValueError(f"example {i} lacks {missing} (has {sorted(ex)})")
+            answers = ex["answers"]
+            if isinstance(answers, Mapping):
+                answers = answers.get("text")
+            answers = [answers] if isinstance(answers, str) else [str(a) for a in (answers or [])]
+            if not answers:
+                raise ValueError(f"example {i} has no answers")
+            prompts.append(self.template.format_map({f: ex[f] for f in fields}))
+            targets.append(f" {answers[0]}\n")
+            golds.append(tuple(answers))
+        encoded = []
+        for ids, target, answers in zip(tokenize(self.tokenizer, prompts), tokenize(self.tokenizer, targets), golds):
+            room = max(self.max_length - len(target) + 1, 1)
+            encoded.append(Encoded(
+                prompt_ids=np.asarray(truncate_left(ids, room, self.prefix), dtype=np.int64),
+                target_ids=np.asarray(target, dtype=np.int64),
+                answers=answers,
+            ))
+        return encoded
+
+    def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None) -> list[Batch]:
+        """Micro-batches for the training objective (teacher-forced rows or generation prompts)."""
+        if self.objective == "nll":
+            return self._nll_batches(enc, token_budget, indices)
+        return self._generation_batches(enc, token_budget, indices)
+
+    def _nll_batches(self, enc, token_budget, indices=None) -> list[Batch]:
+        lengths = [len(e.prompt_ids) + len(e.target_ids) - 1 for e in enc]
+        batches = []
+        for group in plan_batches(lengths, token_budget, 1, indices):
+            rows = [list(enc[i].prompt_ids) + list(enc[i].target_ids[:-1]) for i in group]
+            ids, mask, pos = left_pad(rows, self.pad_id)
+            tgt, tgt_mask = right_align([enc[i].target_ids for i in group])
+            batches.append(Batch(
+                index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
+                targets=tgt, target_mask=tgt_mask, answers=tuple(enc[i].answers for i in group),
+            ))
+        return batches
+
+    def _generation_batches(self, enc, token_budget, indices=None) -> list[Batch]:
+        lengths = [len(e.prompt_ids) + self.max_new_tokens for e in enc]
+        batches = []
+        for group in plan_batches(lengths, token_budget, 1, indices):
+            ids, mask, pos = left_pad([enc[i].prompt_ids for i in group], self.pad_id)
+            batches.append(Batch(
+                index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
+                answers=tuple(enc[i].answers for i in group),
+            ))
+        return batches
+
+    # -- losses, generation, evaluation ---------------------------------------
+    def losses(self, model, batch: Batch) -> torch.Tensor:
+        """Per-sample training loss ``[B]`` (fp32): answer NLL, or minus generation F1."""
+        if batch.targets is not None:
+            return -target_logprobs(model, batch)
+        predictions = self.generate(model, batch)
+        negative_f1 = [0.0 - best_f1(p, golds) for p, golds in zip(predictions, batch.answers)]
+        return torch.tensor(negative_f1, dtype=torch.float32, device=batch.input_ids.device)
+
+    def generate(self, model, batch: Batch) -> list[str]:
+        """Greedy answers for a batch of prompts, cut at the first newline."""
+        from transformers import GenerationConfig, StoppingCriteriaList
+
+        eos = self.tokenizer.eos_token_id
+        config = GenerationConfig(
+            max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1,
+            pad_token_id=self.pad_id, eos_token_id=eos,
+        )
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                generation_config=config,
+                stopping_criteria=StoppingCriteriaList([_StopAtNewline(self.stop_mask())]),
+            )
+        new_tokens = out[:, batch.input_ids.shape[1]:].tolist()
+        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+        return [text.split("\n", 1)[0].strip() for text in texts]
+
+    def stop_mask(self) -> torch.Tensor:
+        """Boolean mask over the vocabulary of tokens whose text contains a newline."""
+        if self._stop_mask is None:
+            vocab = len(self.tokenizer)
+            texts = self.tokenizer.batch_decode([[i] for i in range(vocab)])
+            self._stop_mask = torch.tensor(["\n" in t for t in texts], dtype=torch.bool)
+        return self._stop_mask
+
+    def evaluate(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> dict[str, float]:
+        """Answer NLL (``loss``) and greedy-generation ``f1``/``em`` (fractions), batched."""
+        if not enc:
+            raise ValueError("evaluate needs at least one example")
+        device = model_device(model)
+        nll_batches = self._nll_batches(enc, token_budget)
+        gen_batches = self._generation_batches(enc, token_budget)
+        nll, f1, em = [], [], []
+        with torch.inference_mode():
+            for batch in nll_batches:
+                nll.append(-target_logprobs(model, batch.to(device)))
+            for batch in gen_batches:
+                predictions = self.generate(model, batch.to(device))
+                f1.append(torch.tensor([best_f1(p, g) for p, g in zip(predictions, batch.answers)]))
+                em.append(torch.tensor([best_em(p, g) for p, g in zip(predictions, batch.answers)]))
+        return {
+            "loss": float(collect(nll, nll_batches, len(enc)).mean()),
+            "f1": float(collect(f1, gen_batches, len(enc)).mean()),
+            "em": float(collect(em, gen_batches, len(enc)).mean()),
+        }
+
+    def predict(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> list[str]:
+        """Greedy answers for ``enc``, in order."""
+        device = model_device(model)
+        answers: list[str] = [""] * len(enc)
+        for batch in self._generation_batches(enc, token_budget):
+            for i, text in zip(batch.index, self.generate(model, batch.to(device))):
+                answers[i] = text
+        return answers
