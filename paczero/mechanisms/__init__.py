@@ -1,0 +1,65 @@
+"""Per-step releases: PAC-MI, PAC-ZPL, the hybrid schedule, non-private references.
+
+Every mechanism subclasses :class:`paczero.mechanisms.base.Mechanism`; build one
+by name with :func:`build_mechanism`. Importing this package does not import torch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .base import BRANCHES, Mechanism, Release
+from .pac import Hybrid, PacMI, PacZPL
+from .reference import MeZO, QuantFull, QuantHalf, RandomSign, RawFull, RawHalf
+
+# --- DP baselines (DPZero, DP-AggZO) are registered here by paczero/mechanisms/dp.py's owner:
+# from .dp import DPZero, DPAggZO
+
+#: config name -> mechanism class
+MECHANISMS: dict[str, type[Mechanism]] = {
+    "pac-mi": PacMI,
+    "pac-zpl": PacZPL,
+    "hybrid": Hybrid,
+    "mezo": MeZO,
+    "raw_full": RawFull,
+    "quant_full": QuantFull,
+    "raw_half": RawHalf,
+    "quant_half": QuantHalf,
+    "random_sign": RandomSign,
+    # --- DP baselines:
+    # "dpzero": DPZero,
+    # "dp-aggzo": DPAggZO,
+}
+
+
+def build_mechanism(name: str, **kwargs: Any) -> Mechanism:
+    """Construct the mechanism registered under ``name`` with the class's own arguments.
+
+    >>> build_mechanism("pac-zpl", num_subsets=4, seed=0).name
+    'pac-zpl'
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    try:
+        cls = MECHANISMS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown mechanism {name!r}; known: {sorted(MECHANISMS)}") from None
+    return cls(**kwargs)
+
+
+__all__ = [
+    "BRANCHES",
+    "Mechanism",
+    "Release",
+    "PacMI",
+    "PacZPL",
+    "Hybrid",
+    "MeZO",
+    "RawFull",
+    "QuantFull",
+    "RawHalf",
+    "QuantHalf",
+    "RandomSign",
+    "MECHANISMS",
+    "build_mechanism",
+]
