@@ -1,0 +1,231 @@
+"""Command line: ``paczero train | eval | privacy | recipes``.
+
+Every field of :class:`paczero.config.TrainConfig` is a flag of ``train``
+(``mi_budget`` is ``--mi-budget``). Values merge in this order: defaults, a
+recipe (``--recipe NAME``) or a config file (``--config FILE``), then flags.
+Bad input prints one line ``paczero: error: ...`` and exits with code 2
+before anything expensive happens.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from paczero.config import ConfigError, TrainConfig, load_yaml
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:  # one line, exit 2
+        raise UsageError(message)
+
+
+def _parse_mapping(text: str) -> dict:
+    """``k=v,k=v`` or a JSON object."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"not a JSON object: {e}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError("expected a JSON object")
+        return value
+    out = {}
+    for part in text.split(","):
+        if "=" not in part:
+            raise argparse.ArgumentTypeError(f"expected key=value pairs, got {part!r}")
+        k, v = part.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def _verbalizer(text: str) -> dict[int, str]:
+    raw = _parse_mapping(text)
+    try:
+        return {int(k): v for k, v in raw.items()}
+    except ValueError:
+        raise argparse.ArgumentTypeError("verbalizer keys must be integer labels, e.g. '0= terrible,1= great'") from None
+
+
+def _none_or(kind):
+    def parse(text: str):
+        if text.lower() in ("none", "null", "off"):
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
+    return parse
+
+
+def _add_config_flags(p: argparse.ArgumentParser) -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        optional = type(None) in args
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
+        if base is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif f.name == "verbalizer":
+            kw["type"] = _verbalizer
+        elif typing.get_origin(base) is dict:
+            kw["type"] = _parse_mapping
+        elif typing.get_origin(base) is list:
+            kw["nargs"] = "+"
+        elif base in (int, float, str):
+            kw["type"] = _none_or(base) if optional else base
+        p.add_argument(flag, **kw)
+
+
+def recipes_root() -> Path:
+    return Path(__file__).parent / "recipes"
+
+
+def list_recipes() -> list[str]:
+    root = recipes_root()
+    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def resolve_recipe(name: str) -> Path:
+    path = recipes_root() / f"{name}.yaml"
+    if not path.exists():
+        near = [r for r in list_recipes() if name.split("/")[-1] in r][:5]
+        raise ConfigError(f"unknown recipe {name!r}" + (f"; did you mean {', '.join(near)}?" if near else
+                                                         "; list them with 'paczero recipes'"))
+    return path
+
+
+def config_from_args(ns: argparse.Namespace) -> TrainConfig:
+    values: dict[str, Any] = {}
+    recipe = getattr(ns, "recipe", None)
+    config = getattr(ns, "config", None)
+    if recipe and config:
+        raise ConfigError("give --recipe or --config, not both")
+    if recipe:
+        values.update(load_yaml(resolve_recipe(recipe)))
+    if config:
+        values.update(load_yaml(config))
+    fields = set(TrainConfig.field_names())
+    values.update({k: v for k, v in vars(ns).items() if k in fields})
+    return TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="paczero", description="PAC-private zeroth-order fine-tuning of language models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("train", help="fine-tune a model (PAC-ZPL, PAC-MI, hybrid, DP baselines, references)")
+    p.add_argument("--recipe", help="a shipped recipe, e.g. headline/sst2-opt1.3b-ft-zpl (see 'paczero recipes')")
+    p.add_argument("--config", help="a YAML file of TrainConfig keys")
+    p.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+    _add_config_flags(p)
+
+    p = sub.add_parser("eval", help="evaluate a finished run (its selected weights) or a model on a task")
+    p.add_argument("target", help="a run folder, or a model name/path")
+    p.add_argument("--split", choices=["dev", "test", "both"], default="both")
+    for name in ("task", "data", "template", "n-test", "n-dev", "token-budget", "device", "dtype"):
+        p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS,
+                       type=int if name in ("n-test", "n-dev", "token-budget") else str)
+
+    p = sub.add_parser("privacy", help="MIA bound and matched DP epsilon of an MI budget (or the reverse)")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--mi", type=float, help="total MI budget in nats")
+    g.add_argument("--epsilon", type=float, help="a DP epsilon: the MI with the same MIA bound")
+    g.add_argument("--mia", type=float, help="a target MIA success bound: the MI that guarantees it")
+    p.add_argument("--delta", type=float, default=1e-5)
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("recipes", help="list the shipped recipes (one per paper cell), by table")
+    p.add_argument("--show", help="print one recipe")
+    return parser
+
+
+def _cmd_train(ns) -> int:
+    cfg = config_from_args(ns)
+    if ns.print_config:
+        print(json.dumps(cfg.to_dict(), indent=1))
+        return 0
+    from paczero.train import train
+
+    summary = train(cfg)
+    return 0 if "stopped_at" not in summary else 130
+
+
+def _cmd_eval(ns) -> int:
+    from paczero.evaluate import evaluate_target
+
+    overrides = {k: getattr(ns, k) for k in ("task", "data", "template", "n_test", "n_dev", "token_budget",
+                                             "device", "dtype") if hasattr(ns, k)}
+    result = evaluate_target(ns.target, split=ns.split, overrides=overrides)
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+def _cmd_privacy(ns) -> int:
+    from paczero.privacy import dp_epsilon_matching_mi, mi_for_mia, mi_matching_dp, mia_bound
+
+    if ns.epsilon is not None:
+        mi = mi_matching_dp(ns.epsilon, delta=ns.delta)
+    elif ns.mia is not None:
+        mi = mi_for_mia(ns.mia)
+    else:
+        mi = ns.mi
+    bound = mia_bound(mi)
+    eps = dp_epsilon_matching_mi(mi, delta=ns.delta) if mi > 0 else 0.0
+    out = {"mi_nats": mi, "mia_bound": bound, "matched_dp_epsilon": eps, "delta": ns.delta, "prior": 0.5}
+    if ns.json:
+        print(json.dumps(out))
+    else:
+        print(f"MI budget        {mi:.6g} nats")
+        print(f"MIA success <=   {bound:.4f}  (prior 0.5; PAC Privacy, eq. pac_mi_bound)")
+        print(f"matched DP eps   {eps:.4g}  (delta={ns.delta:g}; same MIA bound, a reference point only, not DP)")
+    return 0
+
+
+def _cmd_recipes(ns) -> int:
+    if ns.show:
+        print(resolve_recipe(ns.show).read_text(), end="")
+        return 0
+    names = list_recipes()
+    if not names:
+        print("no recipes shipped")
+        return 0
+    groups: dict[str, list[str]] = {}
+    for n in names:
+        groups.setdefault(n.split("/")[0], []).append(n)
+    for table, items in groups.items():
+        print(f"{table} ({len(items)})")
+        for n in items:
+            print(f"  {n}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _build_parser()
+    try:
+        ns = parser.parse_args(argv)
+        handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes}
+        return handler[ns.command](ns)
+    except (UsageError, ValueError) as e:  # ConfigError, CheckpointError and bad values are ValueErrors
+        msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        print(f"paczero: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("paczero: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""One validated configuration object for a training run.
+
+The CLI merges defaults, a YAML recipe or config file and command-line flags
+(in that order of precedence, flags last) into a :class:`TrainConfig`; the
+Python API builds the same object directly. :meth:`TrainConfig.validate`
+checks everything that can be checked before a model loads and raises
+:class:`ConfigError` (a ``ValueError``) with one clear line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo",
+              "raw_full", "quant_full", "raw_half", "quant_half", "random_sign")
+PAC_MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "raw_half", "quant_half")  # these use the candidate subsets
+TASKS = ("sst2", "squad", "demo")
+LR_SCHEDULES = ("constant", "linear", "polynomial")
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message is one line for the user."""
+
+
+@dataclass
+class TrainConfig:
+    # model
+    model: str = "smollm2-135m-instruct"
+    track: str = "lora"                      # "lora" | "ft"
+    dtype: str = "fp32"                      # "fp32" | "bf16" | "fp16"
+    device: str = "auto"                     # "auto" | "cpu" | "cuda" | "cuda:N"
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_targets: list[str] | None = None    # None: peft's default (query/value projections)
+    # task and data
+    task: str = "demo"                       # "sst2" | "squad" | "demo"
+    data: str | None = None                  # local file (jsonl/csv/parquet/json) or hub dataset; None: the task's default
+    columns: dict[str, str] | None = None    # map task fields to file columns, e.g. {"sentence": "text"}
+    template: str | None = None              # classification prompt, with {sentence}
+    verbalizer: dict[int, str] | None = None # classification label -> option text
+    objective: str = "nll"                   # squad training loss: "nll" | "f1"
+    n_train: int = 1000                      # |U|, the training universe
+    n_dev: int = 500
+    n_test: int | None = None                # None: the task's protocol (all of SST-2 validation, 1000 for SQuAD)
+    data_seed: int = 0
+    # mechanism
+    mechanism: str = "pac-zpl"
+    num_subsets: int = 128                   # M
+    mi_budget: float | None = None           # total MI in nats (pac-mi, hybrid)
+    schedule: str = "adaptive"               # pac-mi allocation: "adaptive" | "uniform"
+    switch_step: int | None = None           # hybrid: PAC-MI until this step, then the zero-MI tail
+    epsilon: float | None = None             # DP baselines
+    delta: float = 1e-5
+    dp_clip: float = 25.0
+    sample_rate: float = 0.064
+    accountant: str = "rdp"                  # "rdp" | "pld" (the other is reported too)
+    batch_size: int | None = None            # mezo mini-batch (None: the whole universe)
+    # optimisation
+    steps: int = 1000                        # T
+    lr: float = 1e-3
+    lr_schedule: str = "constant"
+    weight_decay: float = 0.0
+    mu: float = 1e-3
+    clip: float | None = None                # stability clip c (None: off)
+    num_directions: int = 1                  # K
+    # evaluation and selection
+    eval_every: int = 100
+    dev_best: bool = True
+    eval_zero_shot: bool = True
+    # engineering
+    token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
+    seed: int = 0                            # public seed: directions, init, data order
+    private_seed: int | None = None          # tests and exact reproduction only; None draws from OS entropy
+    out_dir: str = "runs/paczero"
+    overwrite: bool = False
+    resume: bool = False
+    checkpoint_every: int = 50
+    progress: bool = True
+    max_new_tokens: int = 50
+
+    # ------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> "TrainConfig":
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> "TrainConfig":
+        values = load_yaml(path)
+        values.update(overrides or {})
+        return cls.from_dict(values, source=str(path))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------
+    def validate(self) -> "TrainConfig":
+        """Check the configuration; return self. Raises ConfigError with one line."""
+        def need(cond: bool, msg: str) -> None:
+            if not cond:
+                raise ConfigError(msg)
+
+        def finite_pos(name: str, v: Any, allow_zero: bool = False) -> None:
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+            need(ok, f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+
+        def integer(name: str, v: Any, lo: int) -> None:
+            need(isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"{name} must be an integer >= {lo}, got {v!r}")
+
+        need(isinstance(self.model, str) and self.model.strip() != "", "model must be a non-empty name or path")
+        need(self.track in ("lora", "ft"), f"track must be 'lora' or 'ft', got {self.track!r}")
+        need(self.dtype in ("fp32", "bf16", "fp16"), f"dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
+        need(self.device == "auto" or self.device == "cpu" or str(self.device).startswith("cuda"),
+             f"device must be auto, cpu or cuda[:N], got {self.device!r}")
+        integer("lora_r", self.lora_r, 1)
+        finite_pos("lora_alpha", self.lora_alpha)
+        need(self.task in TASKS, f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
+        need(self.objective in ("nll", "f1"), f"objective must be 'nll' or 'f1', got {self.objective!r}")
+        integer("n_train", self.n_train, 2)
+        integer("n_dev", self.n_dev, 1)
+        if self.n_test is not None:
+            integer("n_test", self.n_test, 1)
+        need(self.mechanism in MECHANISMS, f"unknown mechanism {self.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+        integer("num_subsets", self.num_subsets, 2)
+        need(self.num_subsets % 2 == 0, f"num_subsets (M) must be even, got {self.num_subsets}")
+        integer("steps", self.steps, 1)
+        finite_pos("lr", self.lr)
+        need(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        finite_pos("weight_decay", self.weight_decay, allow_zero=True)
+        finite_pos("mu", self.mu)
+        if self.clip is not None:
+            finite_pos("clip", self.clip)
+        integer("num_directions", self.num_directions, 1)
+        integer("eval_every", self.eval_every, 1)
+        integer("token_budget", self.token_budget, 16)
+        integer("checkpoint_every", self.checkpoint_every, 1)
+        integer("max_new_tokens", self.max_new_tokens, 1)
+        integer("seed", self.seed, 0)
+        if self.private_seed is not None:
+            integer("private_seed", self.private_seed, 0)
+        if self.mechanism in ("pac-mi", "hybrid"):
+            need(self.mi_budget is not None, f"{self.mechanism} needs mi_budget (total MI in nats), e.g. --mi-budget 0.33")
+            finite_pos("mi_budget", self.mi_budget)
+        elif self.mi_budget is not None:
+            raise ConfigError(f"mi_budget applies to pac-mi and hybrid only, not {self.mechanism}")
+        need(self.schedule in ("adaptive", "uniform"), f"schedule must be 'adaptive' or 'uniform', got {self.schedule!r}")
+        if self.mechanism == "hybrid":
+            need(self.switch_step is not None, "hybrid needs switch_step")
+            integer("switch_step", self.switch_step, 0)
+        if self.mechanism in ("dpzero", "dp-aggzo"):
+            need(self.epsilon is not None, f"{self.mechanism} needs epsilon, e.g. --epsilon 2")
+            finite_pos("epsilon", self.epsilon)
+            need(isinstance(self.delta, float) and 0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta!r}")
+            finite_pos("dp_clip", self.dp_clip)
+            need(isinstance(self.sample_rate, (int, float)) and 0 < self.sample_rate <= 1,
+                 f"sample_rate must be in (0, 1], got {self.sample_rate!r}")
+            need(self.accountant in ("rdp", "pld"), f"accountant must be 'rdp' or 'pld', got {self.accountant!r}")
+            if self.mechanism == "dpzero":
+                need(self.num_directions == 1, "dpzero uses one direction per step (num_directions 1); use dp-aggzo for K > 1")
+        elif self.epsilon is not None:
+            raise ConfigError(f"epsilon applies to dpzero and dp-aggzo only, not {self.mechanism}")
+        if self.batch_size is not None:
+            need(self.mechanism == "mezo", "batch_size applies to mezo only")
+            integer("batch_size", self.batch_size, 1)
+        if self.verbalizer is not None:
+            need(isinstance(self.verbalizer, dict) and len(self.verbalizer) >= 2
+                 and all(isinstance(v, str) and v for v in self.verbalizer.values()),
+                 "verbalizer must map at least two labels to non-empty strings")
+        if self.template is not None:
+            need("{sentence}" in self.template, "template must contain {sentence}")
+        if self.data is not None and _looks_local(self.data):
+            p = Path(self.data).expanduser()
+            need(p.exists(), f"data file {self.data!r} does not exist")
+            need(p.is_dir() or os.access(p, os.R_OK), f"data file {self.data!r} is not readable")
+        return self
+
+
+def _looks_local(s: str) -> bool:
+    return s.startswith((".", "/", "~")) or Path(s).suffix.lower() in (".jsonl", ".json", ".csv", ".parquet")
+
+
+def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    p = Path(path)
+    if not p.exists():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        values = yaml.safe_load(p.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values")
+    values = dict(values)
+    values.pop("recipe", None)  # descriptive block of shipped recipes
+    values.pop("paper", None)
+    if isinstance(values.get("verbalizer"), dict):
+        values["verbalizer"] = {int(k): v for k, v in values["verbalizer"].items()}
+    return values

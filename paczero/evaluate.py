@@ -1,0 +1,53 @@
+"""``paczero eval``: evaluate a finished run's selected weights, or any model, on a task."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from paczero.config import ConfigError, TrainConfig
+
+
+def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, Any] | None = None) -> dict:
+    """Metrics of ``target`` on dev and/or test.
+
+    ``target`` is a run folder (its config is reused, with ``overrides``; the
+    weights are the run's selected ones, else its newest checkpoint) or a
+    model name/path (evaluated as it is, zero-shot, with ``overrides``).
+    """
+    from paczero.checkpoint import load_latest_checkpoint
+    from paczero.models import trainable_parameters
+    from paczero.train import build, evaluate, load_trainable
+
+    overrides = dict(overrides or {})
+    path = Path(target).expanduser()
+    run = (path / "run.json").exists()
+    if run:
+        values = json.loads((path / "run.json").read_text())["config"]
+        values.update(overrides)
+        values.update(resume=False, overwrite=False)
+        cfg = TrainConfig.from_dict(values).validate()
+    else:
+        cfg = TrainConfig.from_dict({"model": target, "track": "ft", **overrides}).validate()
+    setup = build(cfg)
+    source = "base model (zero-shot)"
+    if run:
+        params = trainable_parameters(setup.model, cfg.track)
+        selected = path / "selected.safetensors"
+        if selected.exists():
+            from safetensors.torch import load_file
+
+            load_trainable(params, load_file(str(selected)))
+            source = "selected weights"
+        else:
+            found = load_latest_checkpoint(path)
+            if found is None:
+                raise ConfigError(f"run {target!r} has neither selected weights nor a checkpoint")
+            load_trainable(params, found[1])
+            source = f"checkpoint of step {found[0]}"
+    out: dict[str, Any] = {"target": target, "weights": source, "task": cfg.task}
+    if split in ("dev", "both"):
+        out["dev"] = evaluate(setup, setup.dev_enc)
+    if split in ("test", "both"):
+        out["test"] = evaluate(setup, setup.test_enc)
+    return out

@@ -1,0 +1,371 @@
+"""The training loop: Algorithm 1 of the paper, one step after another.
+
+Read top to bottom: set up (config, run folder, model, data, mechanism),
+optionally resume, evaluate zero-shot, then for each step t
+
+1. ask the mechanism which examples to score (PAC: the whole universe U);
+2. compute the per-sample two-point scalars for each of the K public directions;
+3. stability-clip them and hand them to the mechanism, which releases K values;
+4. update theta <- (1 - lr*wd) theta - (lr/K) sum_k Y_k z_k;
+5. log the public transcript record; evaluate on dev; checkpoint.
+
+Finally the dev-best weights (selected on dev metrics only: post-processing,
+no privacy cost) are evaluated on the test split and the run summary with its
+privacy statement is written.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from paczero.checkpoint import (MARKER, CheckpointError, atomic_json, load_latest_checkpoint, prepare_run_dir,
+                                save_checkpoint, truncate_jsonl)
+from paczero.config import ConfigError, TrainConfig
+from paczero.statement import privacy_statement_text, secret_source
+
+#: config fields that a resumed run must share with the original (privacy and data identity)
+RESUME_IDENTITY = ("model", "track", "dtype", "lora_r", "lora_alpha", "lora_targets", "task", "data", "columns",
+                   "template", "verbalizer", "objective", "n_train", "n_dev", "n_test", "data_seed", "mechanism",
+                   "num_subsets", "mi_budget", "schedule", "switch_step", "epsilon", "delta", "dp_clip",
+                   "sample_rate", "accountant", "batch_size", "steps", "lr", "lr_schedule", "weight_decay", "mu",
+                   "clip", "num_directions", "seed", "private_seed")
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """The learning rate of step ``step`` (0-based) under the configured schedule."""
+    frac = step / cfg.steps
+    if cfg.lr_schedule == "constant":
+        return cfg.lr
+    if cfg.lr_schedule == "linear":
+        return cfg.lr * (1.0 - frac)
+    lr_end = 1e-7  # polynomial (power 1) decay to 1e-7 over T, the reference's default
+    return (cfg.lr - lr_end) * (1.0 - frac) + lr_end if cfg.lr > lr_end else cfg.lr
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but CUDA is not available")
+    return device
+
+
+def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Generator):
+    """The configured mechanism; the candidate design and the secret come from the private generator."""
+    from paczero.mechanisms import build_mechanism
+    from paczero.subsets import balanced_design
+
+    name = cfg.mechanism
+    if name in ("dpzero", "dp-aggzo"):
+        from paczero.mechanisms.dp import DPAggZO, DPZero
+
+        if name == "dpzero":
+            return DPZero(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
+                          accountant=cfg.accountant, seed=private_rng)
+        return DPAggZO(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
+                       cfg.num_directions, accountant=cfg.accountant, seed=private_rng)
+    design = balanced_design(n_universe, cfg.num_subsets, private_rng)
+    if name == "pac-zpl":
+        return build_mechanism(name, num_subsets=cfg.num_subsets, design=design, seed=private_rng)
+    if name == "pac-mi":
+        return build_mechanism(name, num_subsets=cfg.num_subsets, total_mi=cfg.mi_budget, total_steps=cfg.steps,
+                               schedule=cfg.schedule, design=design, seed=private_rng)
+    if name == "hybrid":
+        return build_mechanism(name, num_subsets=cfg.num_subsets, total_mi=cfg.mi_budget, total_steps=cfg.steps,
+                               switch_step=cfg.switch_step, schedule=cfg.schedule, design=design, seed=private_rng)
+    if name == "mezo":
+        return build_mechanism(name, batch_size=cfg.batch_size, seed=cfg.seed)
+    return build_mechanism(name, num_subsets=cfg.num_subsets, design=design, seed=private_rng)
+
+
+@dataclass
+class Setup:
+    """Everything a run needs, built once (also used by eval and audit)."""
+    cfg: TrainConfig
+    device: str
+    model: torch.nn.Module
+    tokenizer: Any
+    task: Any
+    train: list
+    dev: list
+    test: list
+    universe: list
+    dev_enc: list
+    test_enc: list
+
+
+def build(cfg: TrainConfig, *, with_model: bool = True) -> Setup:
+    """Load data (first: cheap failures come before the model loads), then the model."""
+    from paczero.models import check_model_source, load_model, load_tokenizer
+    from paczero.tasks import build_task, load_splits
+
+    device = resolve_device(cfg.device)
+    check_model_source(cfg.model)
+    train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
+                                            n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns)
+    if len(train_ex) < 2:
+        raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
+    if with_model:
+        lm = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
+                        lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed)
+        model, tokenizer = lm.model, lm.tokenizer
+    else:
+        model, tokenizer = None, load_tokenizer(cfg.model)
+    task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,
+                      objective=cfg.objective, max_new_tokens=cfg.max_new_tokens)
+    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex,
+                 task.encode(train_ex), task.encode(dev_ex), task.encode(test_ex))
+
+
+def evaluate(setup: Setup, enc: list) -> dict[str, float]:
+    with torch.inference_mode():
+        return {k: float(v) for k, v in setup.task.evaluate(setup.model, enc, token_budget=setup.cfg.token_budget).items()}
+
+
+def trainable_state(params) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in params}
+
+
+def load_trainable(params, weights: dict[str, torch.Tensor]) -> None:
+    missing = [n for n, _ in params if n not in weights]
+    if missing:
+        raise CheckpointError(f"checkpoint lacks trainable weight {missing[0]!r} (different model or track?)")
+    with torch.no_grad():
+        for name, p in params:
+            p.data.copy_(weights[name].to(device=p.device, dtype=p.dtype))
+
+
+class _Stop:
+    """SIGTERM / Ctrl-C: finish the current step, checkpoint, exit cleanly."""
+
+    def __init__(self):
+        self.requested = False
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not in the main thread
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        if self.requested:  # second signal: stop now
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
+    """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
+    from paczero.models import trainable_parameters
+    from paczero.subsets import private_generator
+    from paczero.zo import Perturber, stability_clip, two_point_scalars
+
+    from paczero.models import check_model_source
+
+    cfg = config.validate()
+    check_model_source(cfg.model)
+    run_dir = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume)
+    if cfg.resume:
+        saved = json.loads((run_dir / "run.json").read_text())["config"]
+        for key in RESUME_IDENTITY:
+            if saved.get(key) != json.loads(json.dumps(getattr(cfg, key))):
+                raise ConfigError(f"cannot resume: {key} differs from the original run "
+                                  f"({saved.get(key)!r} there, {getattr(cfg, key)!r} now)")
+    t_setup = time.time()
+    setup = build(cfg)
+    model, task, device = setup.model, setup.task, setup.device
+    n = len(setup.universe)
+    params = trainable_parameters(model, cfg.track)
+    perturber = Perturber(model, params, cfg.seed)
+    mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed))
+    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
+    log_path, eval_path = run_dir / "log.jsonl", run_dir / "evals.jsonl"
+
+    start, best, zero_shot, cum_time = 0, None, None, 0.0
+    if cfg.resume:
+        found = load_latest_checkpoint(run_dir, warn=log)
+        if found is not None:
+            start, weights, public, private = found
+            load_trainable(params, weights)
+            mechanism.load_state_dict(private["mechanism"])
+            best, zero_shot, cum_time = public.get("best"), public.get("zero_shot"), public.get("seconds", 0.0)
+            log(f"resuming from step {start}")
+        truncate_jsonl(log_path, lambda r: r["step"] < start)
+        truncate_jsonl(eval_path, lambda r: r["step"] <= start)
+    else:
+        atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(),
+                                           "universe_size": n, "secret_source": secret_source(cfg)})
+    log(f"paczero: {cfg.mechanism} on {cfg.task} ({n} examples, {cfg.track}, {cfg.model}); "
+        f"{len(full_batches)} micro-batches; setup {time.time() - t_setup:.1f}s")
+
+    if start == 0 and cfg.eval_zero_shot and zero_shot is None:
+        zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
+        log(f"zero-shot: dev {_fmt(zero_shot['dev'])} | test {_fmt(zero_shot['test'])}")
+
+    def checkpoint(step: int) -> None:
+        public = {"step": step, "best": best, "zero_shot": zero_shot, "seconds": cum_time}
+        save_checkpoint(run_dir, step, trainable_state(params), public, {"mechanism": mechanism.state_dict()})
+
+    bar = _progress(cfg, start)
+    stopped = False
+    with _Stop() as stop, open(log_path, "a") as log_file:
+        for step in range(start, cfg.steps):
+            t0 = time.time()
+            idx = mechanism.batch_indices(n)
+            if idx is None:
+                batches, rows = full_batches, n
+            else:
+                subset = [setup.universe[i] for i in idx]
+                batches, rows = (task.make_batches(subset, token_budget=cfg.token_budget) if subset else []), len(subset)
+            g, train_loss = two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
+                                              lambda b: task.losses(model, b), rows, device)
+            releases = mechanism.step(stability_clip(g, cfg.clip))
+            lr = lr_at(cfg, step)
+            perturber.apply_update(step, [r.coef for r in releases], lr, cfg.weight_decay)
+            dt = time.time() - t0
+            cum_time += dt
+            record = _step_record(step, releases, mechanism, lr, train_loss, dt, rows)
+            log_file.write(json.dumps(record) + "\n")
+            log_file.flush()
+
+            done = step + 1
+            if done % cfg.eval_every == 0 or done == cfg.steps:
+                dev = evaluate(setup, setup.dev_enc)
+                improved = best is None or _better(dev, best["dev"], task.metric)
+                if improved and cfg.dev_best:
+                    best = {"step": done, "dev": dev}
+                    _save_best(run_dir, params)
+                with open(eval_path, "a") as f:
+                    f.write(json.dumps({"step": done, "dev": dev, "best_step": best["step"] if best else None}) + "\n")
+                bar.set_postfix_str(f"dev {task.metric} {dev.get(task.metric, float('nan')):.3f}", refresh=False)
+            if done % cfg.checkpoint_every == 0 or done == cfg.steps or stop.requested:
+                checkpoint(done)
+            bar.update(1)
+            bar.set_description(f"MI {mechanism.mi_spent:.3g} free {mechanism.free_steps / max(mechanism.steps, 1):.0%}",
+                                refresh=False)
+            if stop.requested and done < cfg.steps:
+                stopped = True
+                log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
+                break
+    bar.close()
+    if stopped:
+        return {"stopped_at": done, "out_dir": str(run_dir)}
+    return finish(setup, run_dir, params, mechanism, best, zero_shot, cum_time, log)
+
+
+def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
+    """Evaluate the dev-best (or final) weights on test, save the model, write summary.json."""
+    cfg = setup.cfg
+    final_dev = evaluate(setup, setup.dev_enc)
+    selected_step = cfg.steps
+    if cfg.dev_best and best is not None and (run_dir / "best" / "weights.safetensors").exists() \
+            and best["step"] != cfg.steps:
+        from safetensors.torch import load_file
+
+        load_trainable(params, load_file(str(run_dir / "best" / "weights.safetensors")))
+        selected_step = best["step"]
+    _save_weights(run_dir / "selected.safetensors", params)
+    test = evaluate(setup, setup.test_enc)
+    dev = best["dev"] if (cfg.dev_best and best is not None) else final_dev
+    (run_dir / "model").mkdir(exist_ok=True)
+    setup.model.save_pretrained(run_dir / "model")
+    setup.tokenizer.save_pretrained(run_dir / "model")
+    statement = mechanism.privacy_statement()
+    statement["secret_source"] = secret_source(cfg)
+    statement["dev_best_selection"] = ("post-processing: selection reads only dev metrics and costs no privacy"
+                                       if cfg.dev_best else "off (final weights)")
+    summary = {
+        "config": cfg.to_dict(),
+        "metric": setup.task.metric,
+        "zero_shot": zero_shot,
+        "final_dev": final_dev,
+        "selected_step": selected_step,
+        "dev": dev,
+        "test": test,
+        "privacy": statement,
+        "privacy_text": privacy_statement_text(statement, cfg),
+        "train_seconds": seconds,
+        "seconds_per_step": seconds / cfg.steps,
+    }
+    atomic_json(run_dir / "summary.json", summary)
+    if zero_shot:
+        log(f"zero-shot  test {_fmt(zero_shot['test'])}")
+    log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
+    log(summary["privacy_text"])
+    return summary
+
+
+def _save_best(run_dir: Path, params) -> None:
+    (run_dir / "best").mkdir(exist_ok=True)
+    _save_weights(run_dir / "best" / "weights.safetensors", params)
+
+
+def _save_weights(path: Path, params) -> None:
+    """Trainable weights to a safetensors file, atomically."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file({k: v.contiguous().cpu() for k, v in trainable_state(params).items()}, str(tmp))
+    os.replace(tmp, path)
+
+
+def _better(dev: dict, ref: dict, metric: str) -> bool:
+    a, b = dev.get(metric, -math.inf), ref.get(metric, -math.inf)
+    if a != b:
+        return a > b
+    return dev.get("loss", math.inf) < ref.get("loss", math.inf)
+
+
+def _step_record(step, releases, mechanism, lr, train_loss, seconds, rows) -> dict:
+    """The public per-step record: transcript values and diagnostics, no secrets."""
+    first = releases[0]
+    rec = {
+        "step": step,
+        "branch": first.branch if len(releases) == 1 else [r.branch for r in releases],
+        "bit": first.bit if len(releases) == 1 else [r.bit for r in releases],
+        "coef": first.coef if len(releases) == 1 else [r.coef for r in releases],
+        "y_tilde": first.y_tilde if len(releases) == 1 else [r.y_tilde for r in releases],
+        "q_plus": _num(first.q_plus),
+        "agreement": _num(first.agreement),
+        "sigma": first.sigma if len(releases) == 1 else [r.sigma for r in releases],
+        "beta": sum(r.beta for r in releases),
+        "mi_step": sum(r.mi for r in releases),
+        "cum_mi": mechanism.mi_spent,
+        "free_frac": mechanism.free_steps / max(mechanism.steps, 1),
+        "lr": lr,
+        "train_loss": train_loss,
+        "rows": rows,
+        "seconds": round(seconds, 4),
+    }
+    return rec
+
+
+def _num(x: float):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _fmt(metrics: dict) -> str:
+    return " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+
+
+def _progress(cfg: TrainConfig, start: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=cfg.steps, initial=start, disable=not cfg.progress, unit="step", dynamic_ncols=True,
+                file=sys.stderr)
