@@ -1,0 +1,108 @@
+"""The shipped recipes: every one is a valid TrainConfig, and the values match the paper's tables."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paczero.cli import list_recipes, resolve_recipe
+from paczero.config import TrainConfig, load_yaml
+
+REPO = Path(__file__).resolve().parents[1]
+NAMES = list_recipes()
+
+
+def cfg(name: str) -> TrainConfig:
+    return TrainConfig.from_dict(load_yaml(resolve_recipe(name)), source=name)
+
+
+def paper(name: str) -> dict:
+    return yaml.safe_load(resolve_recipe(name).read_text())["paper"]
+
+
+def test_every_table_is_shipped():
+    tables = {n.split("/")[0] for n in NAMES}
+    assert {"headline", "plateau", "plateau-lora", "dp-cliff", "k-ablation", "ablation", "zpl-ladder",
+            "zpl-canonical", "zpl-lr-sweep", "clip-ablation", "rank-ablation"} <= tables
+    count = lambda t: sum(n.startswith(t + "/") for n in NAMES)
+    assert count("headline") == 24 and count("plateau") == 15 and count("plateau-lora") == 15
+    assert count("dp-cliff") == 11 and count("k-ablation") == 8 and count("ablation") == 10
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_recipe_validates(name):
+    c = cfg(name).validate()
+    block = yaml.safe_load(resolve_recipe(name).read_text())
+    assert block["recipe"]["name"] == name
+    assert isinstance(block["paper"]["reported_test"], float)
+    assert c.n_train == 1000 and c.n_dev == 500 and c.mu == 1e-3 and c.weight_decay == 0.0
+    assert c.model in ("facebook/opt-1.3b", "facebook/opt-6.7b") and c.task in ("sst2", "squad")
+    assert c.private_seed is None  # the secret comes from OS entropy
+
+
+def test_headline_values_match_tab_headline_recipes():
+    c = cfg("headline/sst2-opt1.3b-ft-zpl")
+    assert (c.mechanism, c.lr, c.clip, c.steps, c.num_subsets, c.track) == ("pac-zpl", 1e-4, 1000, 1000, 126, "ft")
+    p = paper("headline/sst2-opt1.3b-ft-zpl")
+    assert (p["reported_test"], p["std"], p["n"]) == (88.99, 0.91, 3)
+    c = cfg("headline/sst2-opt1.3b-lora-mi0.33")
+    assert (c.mechanism, c.mi_budget, c.lr, c.clip, c.steps, c.num_subsets) == ("pac-mi", 0.33, 5e-4, 25, 2000, 128)
+    c = cfg("headline/sst2-opt6.7b-lora-zpl")
+    assert (c.lr, c.clip, c.steps, c.model) == (1e-3, 10, 1000, "facebook/opt-6.7b")
+    c = cfg("headline/squad-opt6.7b-lora-mi0.68")
+    assert (c.task, c.lr, c.clip, c.steps, c.mi_budget) == ("squad", 1e-3, 10, 1000, 0.68)  # SQuAD LoRA: T=1000
+    assert paper("headline/squad-opt1.3b-ft-zpl")["per_seed_test"] == [62.36, 63.53, 60.87]
+
+
+def test_per_seed_values_reproduce_the_papers_mean_and_std():
+    import statistics
+
+    for name in NAMES:
+        p = paper(name)
+        seeds = p.get("per_seed_test")
+        if seeds and len(seeds) == p["n"]:
+            assert round(statistics.mean(seeds), 2) == pytest.approx(p["reported_test"], abs=0.011), name
+            assert round(statistics.stdev(seeds), 2) == pytest.approx(p["std"], abs=0.011), name
+
+
+def test_plateau_dp_and_ablation_values():
+    mis = sorted(cfg(n).mi_budget for n in NAMES if n.startswith("plateau/"))
+    assert mis == [1e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 1e-2, 3e-2, 5e-2, 0.07, 0.11, 0.2, 0.33, 0.5, 0.68]
+    for n in NAMES:
+        if n.startswith("plateau/"):
+            c = cfg(n)
+            assert (c.track, c.steps, c.lr, c.clip, c.num_subsets) == ("ft", 1000, 1e-4, 1000, 128)
+        if n.startswith("plateau-lora/"):
+            c = cfg(n)
+            assert (c.track, c.steps, c.lr, c.clip) == ("lora", 2000, 5e-4, 25)
+    c = cfg("dp-cliff/sst2-opt1.3b-ft-dpzero-k1-eps0.5")
+    assert (c.mechanism, c.num_directions, c.steps, c.lr, c.dp_clip, c.sample_rate, c.epsilon, c.delta) == \
+        ("dpzero", 1, 20000, 5e-6, 25.0, 0.064, 0.5, 1e-5)
+    c = cfg("dp-cliff/sst2-opt1.3b-ft-dp-aggzo-k64-eps2")
+    assert (c.mechanism, c.num_directions, c.steps, c.epsilon) == ("dp-aggzo", 64, 1000, 2.0)
+    assert paper("dp-cliff/sst2-opt1.3b-ft-dp-aggzo-k64-eps2")["reported_test"] == 88.42
+    c = cfg("ablation/sst2-opt1.3b-lora-mi0.001-uniform-t2000")
+    assert (c.schedule, c.mi_budget, c.steps) == ("uniform", 0.001, 2000)
+    assert cfg("ablation/sst2-opt1.3b-lora-random-sign-t2000").mechanism == "random_sign"
+    assert cfg("zpl-ladder/sst2-opt1.3b-ft-t5000").clip is None  # no-clip
+    assert cfg("k-ablation/sst2-opt6.7b-ft-mi0.33-k16").num_directions == 16
+    assert cfg("rank-ablation/sst2-opt6.7b-lora-r16").lora_r == 16
+
+
+def test_recipes_are_generated_and_current():
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "make_recipes.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_paper_results_data_file():
+    rows = list(csv.DictReader(open(resolve_recipe("headline/sst2-opt1.3b-ft-zpl").parents[1] / "paper_results.csv")))
+    by_recipe = {r["recipe"]: r for r in rows if r["recipe"]}
+    assert set(by_recipe) == set(NAMES)
+    assert float(by_recipe["plateau/sst2-opt1.3b-ft-mi0.11"]["reported_test"]) == 89.56
+    bao = [r for r in rows if not r["recipe"]]
+    assert len(bao) == 16 and {r["mechanism"] for r in bao} == {"dpzero", "dp-aggzo"}
