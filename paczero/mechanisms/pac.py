@@ -94,6 +94,7 @@ class _PacBase(Mechanism):
                 raise ValueError(f"secret must be an int in [0, num_subsets={m})")
             self._secret = int(secret)
         self._log_post = np.full(m, -math.log(m))
+        self._post_cache: np.ndarray | None = None
         self._mi_spent = 0.0
         self._steps = 0
         self._free_steps = 0
@@ -117,8 +118,13 @@ class _PacBase(Mechanism):
     @property
     def posterior(self) -> np.ndarray:
         """The adversary's posterior over j* (length M, sums to 1)."""
-        w = np.exp(self._log_post - self._log_post.max())
-        return w / w.sum()
+        return self._posterior().copy()
+
+    def _posterior(self) -> np.ndarray:
+        if self._post_cache is None:
+            w = np.exp(self._log_post - self._log_post.max())
+            self._post_cache = w / w.sum()
+        return self._post_cache
 
     @property
     def mi_spent(self) -> float:
@@ -150,10 +156,10 @@ class _PacBase(Mechanism):
         return s.astype(np.int8)
 
     def _release_one(self, signs: np.ndarray, beta: float) -> Release:
-        post = self.posterior
+        post = self._posterior()
         plus = signs == 1
-        q_plus = float(post[plus].sum())
-        agreement = float(plus.mean())
+        q_plus = float(post @ plus)
+        agreement = int(np.count_nonzero(plus)) / self.num_subsets
         s_secret = int(signs[self._secret])
         self._releases += 1
         if q_plus <= UNANIMITY_TOL or q_plus >= 1.0 - UNANIMITY_TOL:
@@ -162,7 +168,8 @@ class _PacBase(Mechanism):
                 self._tolerance_mi += float(binary_entropy(q_plus))
             return Release(bit=s_secret, branch="unanimous", coef=float(s_secret), beta=beta,
                            q_plus=q_plus, agreement=agreement)
-        beta = min(beta, ENTROPY_CAP * float(binary_entropy(q_plus)))
+        if self._noised_phase() and beta > 0.0:
+            beta = min(beta, ENTROPY_CAP * float(binary_entropy(q_plus)))
         if not self._noised_phase() or beta <= 0.0:
             bit = 1 if self._rng.random() < 0.5 else -1
             return Release(bit=bit, branch="coin", coef=float(bit), beta=0.0,
@@ -175,6 +182,7 @@ class _PacBase(Mechanism):
         self._log_post = self._log_post + (y / (sigma * sigma)) * signs
         self._log_post -= self._log_post.max()
         self._log_post -= math.log(np.exp(self._log_post).sum())
+        self._post_cache = None
         return Release(bit=bit, branch="noised", coef=float(bit), sigma=sigma, y_tilde=y,
                        mi=mi, beta=beta, q_plus=q_plus, agreement=agreement)
 
@@ -185,7 +193,9 @@ class _PacBase(Mechanism):
         posterior is updated after each release, so release k sees the
         posterior left by releases 1..k-1. K = 1 is identical to :meth:`release`.
         """
-        s = self._check_signs(signs_k, 2)
+        return self._step_releases(self._check_signs(signs_k, 2))
+
+    def _step_releases(self, s: np.ndarray) -> list[Release]:
         k = s.shape[0]
         beta_each = self._step_budget() / k
         out = [self._release_one(row, beta_each) for row in s]
@@ -196,7 +206,7 @@ class _PacBase(Mechanism):
 
     def release(self, signs: ArrayLike) -> Release:
         """One step, one direction: the M subset signs -> the released bit (Algorithm 1)."""
-        return self.release_many(self._check_signs(signs, 1)[None, :])[0]
+        return self._step_releases(self._check_signs(signs, 1)[None, :])[0]
 
     def step(self, scalars: np.ndarray) -> list[Release]:
         """Engine entry point: ``[K, N]`` per-sample scalars -> K releases.
@@ -258,6 +268,7 @@ class _PacBase(Mechanism):
         self._rng = np.random.Generator(bitgen)
         self._secret = int(secret)
         self._log_post = log_post.copy()
+        self._post_cache = None
         self._mi_spent = float(state["mi_spent"])
         self._steps = int(state["steps"])
         self._free_steps = int(state["free_steps"])

@@ -73,21 +73,25 @@ def binary_entropy(q: ArrayLike) -> np.ndarray | float:
 def _mi_quadrature(q: float, sigma: float) -> float:
     """Trapezoidal evaluation of eq. (binary-mi) for 0 < q <= 1/2, 0 < sigma < inf.
 
-    ``log((1-a) + a e^u)`` is taken as ``log1p(a expm1(u))`` where ``|u| < 1``
-    (no cancellation when the release is nearly pure noise) and as
-    ``logaddexp(log(1-a), log(a) + u)`` elsewhere.
+    ``log(1 + q expm1(u))`` is accurate for every u; ``log((1-q) + q ... )``'s
+    partner ``log(q + (1-q) e^u)`` is taken as ``log1p((1-q) expm1(u))`` where
+    ``u >= -1`` (no cancellation when the release is nearly pure noise) and
+    directly where ``u < -1`` (no loss of the small ``q``). ``u <= 55`` on the
+    grid, so nothing overflows.
     """
     for limit, z, w in _GRIDS:
         if sigma < limit:
             break
     p = 1.0 - q
-    log_q, log_p = math.log(q), math.log1p(-q)
-    u = (-2.0 / sigma) * (z + 1.0 / sigma)
-    near = np.abs(u) < 1.0
-    em1 = np.expm1(np.clip(u, -1.0, 1.0))
-    mix_p = np.where(near, np.log1p(p * em1), np.logaddexp(log_q, log_p + u))
-    mix_q = np.where(near, np.log1p(q * em1), np.logaddexp(log_p, log_q + u))
-    return float(-(q * (mix_p @ w) + p * (mix_q @ w)))
+    u = z * (-2.0 / sigma) - 2.0 / (sigma * sigma)
+    em1 = np.expm1(u)
+    log_q_term = np.log1p(q * em1) @ w
+    # u < -1  <=>  z > sigma/2 - 1/sigma, since u decreases along the sorted nodes
+    k = int(np.searchsorted(z, 0.5 * sigma - 1.0 / sigma, side="right"))
+    log_p_term = np.log1p(p * em1[:k]) @ w[:k]
+    if k < len(z):
+        log_p_term += np.log(q + p * np.exp(u[k:])) @ w[k:]
+    return float(-(q * log_p_term + p * log_q_term))
 
 
 def _mi_series(q: float, sigma: float) -> float:
@@ -191,35 +195,54 @@ def calibrate(q_plus: float, beta: float) -> tuple[float, float]:
     q = min(q, 1.0 - q)
     log_target = math.log(b) + math.log1p(-_TARGET_SLACK)
 
-    def f(t: float) -> float:
-        mi = _mi_scalar(q, math.exp(t))
+    seen: dict[float, float] = {}
+
+    def f(t: float) -> float:  # memoised: brentq re-evaluates the bracket ends
+        mi = seen.get(t)
+        if mi is None:
+            mi = seen[t] = _mi_scalar(q, math.exp(t))
         return (math.log(mi) if mi > 0.0 else -math.inf) - log_target
 
     # I-MMSE: I <= 2 q (1-q) / sigma^2, so this t makes f <= 0 (up to rounding).
-    t_hi = 0.5 * math.log(2.0 * q * (1.0 - q) / b)
+    qp = q * (1.0 - q)
+    t_hi = 0.5 * math.log(2.0 * qp / b)
     f_hi = f(t_hi)
     while f_hi > 0.0:
         t_hi += 0.1
         f_hi = f(t_hi)
-    # d log I / d log sigma is about -2 at low SNR and shallower elsewhere: a step
-    # of -f_hi/2 (plus a little) usually brackets the root already.
-    step = 0.5 * -f_hi + 1e-3
-    t_lo = t_hi - step
+    # First guess: invert the low-SNR expansion I = 2 qp s - 4 (qp)^2 s^2 (exact to O(s^3)).
+    if b < 0.25:
+        s_guess = 2.0 * b / (2.0 * qp * (1.0 + math.sqrt(1.0 - 4.0 * b)))
+        t_lo = min(-0.5 * math.log(s_guess), t_hi - 1e-9)
+    else:
+        t_lo = t_hi - 0.5 * -f_hi - 1e-3
     f_lo = f(t_lo)
-    while f_lo < 0.0:
-        t_hi, f_hi = t_lo, f_lo
-        step = 2.0 * step + 0.25
-        t_lo = t_hi - step
-        f_lo = f(t_lo)
+    if f_lo < 0.0:  # d log I / d log sigma is about -2 at low SNR, shallower elsewhere
+        step = 0.5 * -f_lo + 1e-3
+        while f_lo < 0.0:
+            t_hi, f_hi = t_lo, f_lo
+            t_lo = t_hi - step
+            f_lo = f(t_lo)
+            step = 2.0 * step + 0.25
+    elif f_hi < -1e-6 and f_lo > 1e-9:
+        # tighten the upper end with one slope -2 step from the (good) lower end
+        t_try = t_lo + 0.5 * f_lo * 1.01 + 1e-12
+        if t_try < t_hi:
+            f_try = f(t_try)
+            if f_try <= 0.0:
+                t_hi, f_hi = t_try, f_try
+            else:
+                t_lo, f_lo = t_try, f_try
     if f_lo == 0.0:
         t = t_lo
     elif f_hi == 0.0:
         t = t_hi
     else:
-        t = optimize.brentq(f, t_lo, t_hi, xtol=1e-12, rtol=4 * np.finfo(float).eps)
+        # |d log I / d log sigma| <= ~2, so xtol 4e-11 in t is <= 1e-10 relative on the MI
+        t = optimize.brentq(f, t_lo, t_hi, xtol=4e-11, rtol=4 * np.finfo(float).eps)
     # Conservative nudge: never return a sigma whose realised MI exceeds beta.
     sigma = math.exp(t)
-    mi = _mi_scalar(q, sigma)
+    mi = seen[t] if t in seen else _mi_scalar(q, sigma)
     bump = 1e-12
     while mi > b:
         t += bump
