@@ -149,6 +149,27 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("recipes", help="list the shipped recipes (one per paper cell), by table")
     p.add_argument("--show", help="print one recipe")
+
+    p = sub.add_parser("sweep", help="run a grid of recipes x seeds (resumable; local, one per GPU, or SLURM)")
+    p.add_argument("recipes", nargs="+", help="recipe names, globs ('headline/sst2-*'), table names or YAML files")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--out-root", default="runs", help="cell (r, k) runs in OUT_ROOT/r/seedk (default: runs)")
+    p.add_argument("--set", dest="overrides", nargs="+", action="extend", metavar="KEY=VALUE",
+                   help="override recipe keys for every cell, e.g. --set dtype=bf16 token_budget=16384")
+    p.add_argument("--gpus", help="'auto' (every visible GPU) or '0,1': one cell per GPU in parallel")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
+    p.add_argument("--slurm", action="store_true", help="submit one single-GPU job per cell with submitit")
+    p.add_argument("--partition", help="SLURM partition")
+    p.add_argument("--timeout-min", type=int, default=24 * 60, help="SLURM job time limit (minutes)")
+    p.add_argument("--cpus-per-task", type=int, default=8)
+    p.add_argument("--mem-gb", type=int, default=64)
+    p.add_argument("--slurm-arg", nargs="+", action="extend", metavar="KEY=VALUE", default=[],
+                   help="extra sbatch parameters, e.g. --slurm-arg constraint=a100 account=myproj")
+
+    p = sub.add_parser("report", help="tables (Markdown, CSV) and plots (PNG) of every run under a folder")
+    p.add_argument("runs_dir", help="a folder holding runs (searched recursively for summary.json)")
+    p.add_argument("--out", help="where to write the report (default: RUNS_DIR/report)")
+    p.add_argument("--no-paper", action="store_true", help="do not overlay the paper's published numbers")
     return parser
 
 
@@ -212,11 +233,33 @@ def _cmd_recipes(ns) -> int:
     return 0
 
 
+def _cmd_sweep(ns) -> int:
+    from paczero.sweep import parse_overrides, sweep
+
+    slurm = None
+    if ns.slurm:
+        slurm = {"partition": ns.partition, "timeout_min": ns.timeout_min, "cpus_per_task": ns.cpus_per_task,
+                 "mem_gb": ns.mem_gb, **(_parse_mapping(",".join(ns.slurm_arg)) if ns.slurm_arg else {})}
+    results = sweep(ns.recipes, ns.seeds, out_root=ns.out_root, overrides=parse_overrides(ns.overrides),
+                    gpus=ns.gpus, slurm=slurm, dry_run=ns.dry_run)
+    failed = [r for r in results if r["status"] in ("failed", "stopped")]
+    return 1 if failed else 0
+
+
+def _cmd_report(ns) -> int:
+    from paczero.report import write_report
+
+    out = write_report(ns.runs_dir, ns.out, paper_overlay=not ns.no_paper)
+    print(f"report written to {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
         ns = parser.parse_args(argv)
-        handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes}
+        handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes,
+                   "sweep": _cmd_sweep, "report": _cmd_report}
         return handler[ns.command](ns)
     except (UsageError, ValueError) as e:  # ConfigError, CheckpointError and bad values are ValueErrors
         msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
