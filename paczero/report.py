@@ -87,7 +87,7 @@ def find_runs(runs_dir: str | Path, *, exclude: Path | None = None) -> list[Run]
         rel = run_dir.relative_to(root)
         cell_path = rel.parent if re.fullmatch(r"seed\d+", rel.name) and rel.parent != Path(".") else rel
         cell = str(cell_path) if str(cell_path) != "." else run_dir.name
-        runs.append(Run(cell, cell.split("/")[0] if "/" in cell else "runs", run_dir, summary))
+        runs.append(Run(cell, cell.split("/")[0] if "/" in cell else "other", run_dir, summary))
     return sorted(runs, key=lambda r: (r.cell, r.cfg.get("seed", 0)))
 
 

@@ -1,0 +1,130 @@
+"""The report: mean ± sample std over seeds on hand-written fixture runs, privacy statements, non-empty plots."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from paczero.cli import main
+from paczero.config import TrainConfig
+from paczero.report import fmt_ms, mean_std, write_report
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(root: Path, cell: str, seed: int, *, test: float, dev: float, privacy: dict, log: list[dict] | None = None,
+              metric: str = "accuracy", **cfg) -> Path:
+    run = root / cell / f"seed{seed}"
+    run.mkdir(parents=True)
+    config = TrainConfig(seed=seed, **cfg).to_dict()
+    (run / "summary.json").write_text(json.dumps({
+        "config": config, "metric": metric, "zero_shot": None, "selected_step": config["steps"],
+        "dev": {metric: dev, "loss": 0.5}, "test": {metric: test, "loss": 0.5}, "privacy": privacy,
+        "privacy_text": "fixture", "seconds_per_step": 1.0}))
+    if log is not None:
+        (run / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in log))
+    return run
+
+
+def pac(mi: float, steps: int = 4, unanimous: int = 2, free: int = 3) -> dict:
+    return {"mechanism": "pac-mi", "private": True, "mi_spent": mi, "mi_total_budget": mi, "mia_bound": 0.5 + mi / 2,
+            "matched_dp_epsilon": 2.0 * mi, "steps": steps, "free_steps": free, "unanimity_rate": unanimous / steps,
+            "secret_source": "os-entropy"}
+
+
+def dp(eps: float) -> dict:
+    return {"mechanism": "dpzero", "private": True, "epsilon_target": eps, "delta": 1e-5, "epsilon_rdp": eps * 0.99,
+            "epsilon_pld": eps * 0.9, "noise_multiplier": 3.0 / eps, "sample_rate": 0.064, "steps": 20,
+            "mia_bound": 0.6}
+
+
+def traj(steps: int, mi: float) -> list[dict]:
+    return [{"step": t, "branch": "unanimous" if t % 2 else "noised", "cum_mi": mi * (t + 1) / steps,
+             "free_frac": ((t + 1) // 2) / (t + 1)} for t in range(steps)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fixture") / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mia_bound": 0.5,
+           "matched_dp_epsilon": 0.0, "steps": 4, "free_steps": 4, "unanimity_rate": 0.25}
+    head = dict(model="facebook/opt-1.3b", task="sst2", track="ft", mechanism="pac-zpl", num_subsets=126, steps=4)
+    for seed, acc in enumerate((0.8830, 0.8865, 0.9002)):  # the paper's per-seed values: 88.99 ± 0.91
+        write_run(root, "headline/sst2-opt1.3b-ft-zpl", seed, test=acc, dev=0.85, privacy=zpl, **head)
+    for seed, acc in enumerate((0.80, 0.90)):
+        write_run(root, "headline/sst2-opt1.3b-ft-mi0.33", seed, test=acc, dev=0.70 + 0.1 * seed, privacy=pac(0.33),
+                  log=traj(4, 0.33), **{**head, "mechanism": "pac-mi", "mi_budget": 0.33, "num_subsets": 128})
+    for mi, acc in ((1e-3, 0.87), (0.11, 0.8956)):
+        write_run(root, f"plateau/sst2-opt1.3b-ft-mi{mi:g}", 0, test=acc, dev=0.88, privacy=pac(mi),
+                  log=traj(4, mi), **{**head, "mechanism": "pac-mi", "mi_budget": mi, "num_subsets": 128})
+    for eps, acc in ((0.5, 0.51), (2.0, 0.8578)):
+        write_run(root, f"dp-cliff/sst2-opt1.3b-ft-dpzero-k1-eps{eps:g}", 0, test=acc, dev=0.5, privacy=dp(eps),
+                  **{**head, "mechanism": "dpzero", "epsilon": eps, "lr": 5e-6, "steps": 20})
+    write_run(root, "squad-demo", 3, test=0.6055, dev=0.5, metric="f1", privacy=pac(0.33),
+              **{**head, "task": "squad", "mechanism": "pac-mi", "mi_budget": 0.33})
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(runs, tmp_path_factory) -> Path:
+    return write_report(runs, tmp_path_factory.mktemp("report"))
+
+
+def test_mean_std_is_the_sample_std():
+    m, s, n = mean_std([88.30, 88.65, 90.02])
+    assert n == 3 and m == pytest.approx(88.99) and s == pytest.approx(math.sqrt(1.6526 / 2))
+    assert fmt_ms(m, s, n) == "88.99 ± 0.91 (n=3)"
+    assert mean_std([80.0, 90.0]) == (85.0, pytest.approx(math.sqrt(50.0)), 2)
+    assert fmt_ms(*mean_std([60.55])) == "60.55 (n=1)" and fmt_ms(*mean_std([])) == "—"
+
+
+def test_report_tables_and_csv(report):
+    out = report
+    cells = {r["cell"]: r for r in csv.DictReader(open(out / "cells.csv"))}
+    zpl = cells["headline/sst2-opt1.3b-ft-zpl"]
+    assert zpl["n"] == "3" and zpl["seeds"] == "0 1 2"
+    assert float(zpl["test_mean"]) == pytest.approx(88.99, abs=1e-4)
+    assert float(zpl["test_std"]) == pytest.approx(math.sqrt(1.6526 / 2), abs=1e-5)
+    assert float(zpl["paper_test"]) == 88.99 and float(zpl["paper_std"]) == 0.91
+    mi = cells["headline/sst2-opt1.3b-ft-mi0.33"]
+    assert float(mi["test_mean"]) == pytest.approx(85.0) and float(mi["test_std"]) == pytest.approx(7.07107, abs=1e-5)
+    assert float(mi["dev_mean"]) == pytest.approx(75.0) and float(mi["unanimity_mean"]) == pytest.approx(50.0)
+    assert cells["squad-demo"]["n"] == "1" and cells["squad-demo"]["test_std"] == ""
+    assert float(cells["squad-demo"]["test_mean"]) == pytest.approx(60.55)
+    runs_csv = list(csv.DictReader(open(out / "runs.csv")))
+    assert len(runs_csv) == 10
+    dp_row = next(r for r in runs_csv if r["mechanism"] == "dpzero" and r["epsilon"] == "2")
+    assert float(dp_row["epsilon_rdp"]) == pytest.approx(1.98) and float(dp_row["epsilon_pld"]) == pytest.approx(1.8)
+
+    md = (out / "report.md").read_text()
+    assert "88.99 ± 0.91 (n=3) [paper 88.99 ± 0.91]" in md  # headline layout, paper alongside
+    assert "85.00 ± 7.07 (n=2)" in md
+    assert "| FT | PAC-ZPL |" in md and "SST-2 1.3B" in md
+    assert "| MI (nats) | 0.001 | 0.11 |" in md  # plateau layout: MI columns
+    assert "ε=0.5" in md and "ε=2" in md  # dp-cliff layout: epsilon columns
+    assert "(1.98, 1e-05)-DP by RDP; ε=1.8 by PLD" in md  # DP privacy statement
+    assert "MI 0.33 nats of 0.33; matched DP ε=0.66" in md  # PAC privacy statement
+
+
+def test_plots_are_written_and_non_empty(report):
+    out = report
+    plots = out / "plots"
+    expected = [plots / "mi_plateau.png", plots / "dp_cliff.png", plots / "unanimity.png",
+                plots / "trajectories" / "plateau_sst2-opt1.3b-ft-mi0.11_seed0.png"]
+    for p in expected:
+        assert p.exists() and p.stat().st_size > 2000, p
+        assert p.read_bytes()[:8] == PNG
+    assert "plots/dp_cliff.png" in (out / "report.md").read_text()
+
+
+def test_cli_report_default_folder_and_errors(runs, tmp_path, capsys):
+    (runs / "report" / "old" / "seed0").mkdir(parents=True)  # a summary.json inside the report folder is no run
+    (runs / "report" / "old" / "seed0" / "summary.json").write_text('{"config": {}}')
+    assert main(["report", str(runs), "--no-paper"]) == 0
+    md = (runs / "report" / "report.md").read_text()
+    assert "[paper" not in md and "10 runs in 7 cells" in md
+    assert main(["report", str(tmp_path / "empty")]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -1,0 +1,98 @@
+"""The sweep: planning, overrides, skipping finished cells and resuming killed ones (tiny model)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paczero.config import ConfigError
+from paczero.sweep import Cell, expand_recipes, parse_overrides, plan, sweep, visible_gpus
+
+TINY = ["model=tiny-llama", "task=demo", "n_train=16", "n_dev=8", "n_test=8", "steps=4", "eval_every=2",
+        "num_subsets=4", "eval_zero_shot=false", "progress=false", "checkpoint_every=2", "track=ft"]
+
+
+def journal(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "sweep.jsonl").read_text().splitlines()]
+
+
+def test_expand_recipes_names_globs_tables_and_paths(tmp_path):
+    assert [n for n, _ in expand_recipes(["headline/sst2-opt1.3b-ft-zpl"])] == ["headline/sst2-opt1.3b-ft-zpl"]
+    assert len(expand_recipes(["plateau"])) == 15  # a table name is every cell of it, not plateau-lora
+    assert len(expand_recipes(["headline/sst2-*-ft-*"])) == 6
+    f = tmp_path / "mine.yaml"
+    f.write_text("mechanism: pac-zpl\n")
+    assert expand_recipes([str(f)]) == [("mine", f.resolve())]
+    with pytest.raises(ConfigError, match="no recipe matches"):
+        expand_recipes(["no-such-table/*"])
+
+
+def test_overrides_are_typed_and_checked():
+    o = parse_overrides(["steps=4", "eval_zero_shot=false", "clip=null", "lr=1e-4", "model=tiny-llama", "mu=0.01"])
+    assert o == {"steps": 4, "eval_zero_shot": False, "clip": None, "lr": 1e-4, "model": "tiny-llama", "mu": 0.01}
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_overrides(["stepz=4"])
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_overrides(["steps"])
+
+
+def test_plan_layout_and_dry_run_validates(tmp_path):
+    cells = plan(["dp-cliff/sst2-opt1.3b-ft-dpzero-k1-eps2"], [0, 2], tmp_path)
+    assert [c.run_dir for c in cells] == [tmp_path / "dp-cliff/sst2-opt1.3b-ft-dpzero-k1-eps2" / f"seed{k}"
+                                          for k in (0, 2)]
+    lines = []
+    sweep(["headline/sst2-opt1.3b-ft-zpl"], [1], out_root=str(tmp_path), dry_run=True, echo=lines.append)
+    assert "--seed 1" in lines[0] and not (tmp_path / "headline/sst2-opt1.3b-ft-zpl/seed1").exists()
+    written = yaml.safe_load((tmp_path / "headline/sst2-opt1.3b-ft-zpl/seed1.yaml").read_text())
+    assert written["seed"] == 1 and written["lr"] == 1e-4 and written["num_subsets"] == 126
+    with pytest.raises(ConfigError):  # a bad override fails before anything runs
+        sweep(["headline/sst2-opt1.3b-ft-zpl"], [0], out_root=str(tmp_path), overrides={"steps": 0}, dry_run=True)
+
+
+def test_visible_gpus(monkeypatch):
+    assert visible_gpus(None) is None
+    assert visible_gpus("0,3") == ["0", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert visible_gpus("auto") == ["2", "5"]
+
+
+def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path):
+    recipe = tmp_path / "tiny.yaml"
+    # private_seed fixed: resuming a PAC run with an OS-entropy secret is the engine's job (see train.py);
+    # this test is about the sweep's decisions
+    recipe.write_text("recipe: {name: tiny}\nmechanism: pac-mi\nmi_budget: 0.05\nlr: 0.001\nprivate_seed: 7\n")
+    root = tmp_path / "runs"
+    overrides = parse_overrides(TINY)
+    res = sweep([str(recipe)], [0], out_root=str(root), overrides=overrides, echo=lambda s: None)
+    assert [r["status"] for r in res] == ["done"]
+    cell = Cell("tiny", recipe, 0, root)
+    assert cell.state() == "done" and (cell.run_dir / "summary.json").exists()
+
+    # finished: skipped without starting a process
+    res = sweep([str(recipe)], [0], out_root=str(root), overrides=overrides, echo=lambda s: None)
+    assert [r["status"] for r in res] == ["skipped"]
+
+    # killed after the step-2 checkpoint: no summary, newest checkpoint lost
+    (cell.run_dir / "summary.json").unlink()
+    shutil.rmtree(cell.run_dir / "checkpoints" / "step-000004")
+    assert cell.state() == "killed"
+    res = sweep([str(recipe)], [0], out_root=str(root), overrides=overrides, echo=lambda s: None)
+    assert [(r["status"], r["resumed"]) for r in res] == [("done", True)]
+    assert "--resume" in cell.log_path.read_text() and "resuming from step 2" in cell.log_path.read_text()
+    steps = [json.loads(line)["step"] for line in (cell.run_dir / "log.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 3]  # the transcript holds each step once
+    summary = json.loads((cell.run_dir / "summary.json").read_text())
+    assert summary["config"]["seed"] == 0 and summary["privacy"]["mi_spent"] <= 0.05 + 1e-9
+    statuses = [r["status"] for r in journal(root)]
+    assert statuses == ["started", "done", "skipped", "started", "done"]
+
+
+def test_failed_cell_is_recorded_and_does_not_stop_the_sweep(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mechanism: pac-zpl\nmodel: /nonexistent/model/folder\n")
+    res = sweep([str(bad)], [0], out_root=str(tmp_path / "runs"), overrides=parse_overrides(TINY[1:]),
+                echo=lambda s: None)
+    assert [r["status"] for r in res] == ["failed"] and res[0]["returncode"] != 0
