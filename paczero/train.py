@@ -60,8 +60,12 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Generator):
-    """The configured mechanism; the candidate design and the secret come from the private generator."""
+def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Generator,
+                   design: np.ndarray | None = None):
+    """The configured mechanism; the candidate design and the secret come from the private generator.
+
+    ``design`` is given when resuming (the checkpoint's design); otherwise it is drawn.
+    """
     from paczero.mechanisms import build_mechanism
     from paczero.subsets import balanced_design
 
@@ -74,7 +78,8 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
                           accountant=cfg.accountant, seed=private_rng)
         return DPAggZO(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
                        cfg.num_directions, accountant=cfg.accountant, seed=private_rng)
-    design = balanced_design(n_universe, cfg.num_subsets, private_rng)
+    if design is None:
+        design = balanced_design(n_universe, cfg.num_subsets, private_rng)
     if name == "pac-zpl":
         return build_mechanism(name, num_subsets=cfg.num_subsets, design=design, seed=private_rng)
     if name == "pac-mi":
@@ -193,13 +198,14 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     n = len(setup.universe)
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed)
-    mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed))
+    found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
+    saved_design = found[3]["mechanism"].get("design") if found else None
+    mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design)
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
     log_path, eval_path = run_dir / "log.jsonl", run_dir / "evals.jsonl"
 
     start, best, zero_shot, cum_time = 0, None, None, 0.0
     if cfg.resume:
-        found = load_latest_checkpoint(run_dir, warn=log)
         if found is not None:
             start, weights, public, private = found
             load_trainable(params, weights)

@@ -11,8 +11,7 @@ from .base import BRANCHES, Mechanism, Release
 from .pac import Hybrid, PacMI, PacZPL
 from .reference import MeZO, QuantFull, QuantHalf, RandomSign, RawFull, RawHalf
 
-# --- DP baselines (DPZero, DP-AggZO) are registered here by paczero/mechanisms/dp.py's owner:
-# from .dp import DPZero, DPAggZO
+from .dp import DPAggZO, DPZero
 
 #: config name -> mechanism class
 MECHANISMS: dict[str, type[Mechanism]] = {
@@ -25,9 +24,8 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "raw_half": RawHalf,
     "quant_half": QuantHalf,
     "random_sign": RandomSign,
-    # --- DP baselines:
-    # "dpzero": DPZero,
-    # "dp-aggzo": DPAggZO,
+    "dpzero": DPZero,
+    "dp-aggzo": DPAggZO,
 }
 
 
@@ -60,6 +58,8 @@ __all__ = [
     "RawHalf",
     "QuantHalf",
     "RandomSign",
+    "DPZero",
+    "DPAggZO",
     "MECHANISMS",
     "build_mechanism",
 ]
