@@ -337,3 +337,16 @@ def test_squad_bad_options(tokenizer):
         build_task("squad", tokenizer, objective="accuracy")
     with pytest.raises(ValueError, match="no answers"):
         build_task("squad", tokenizer).encode([{**QA[0], "answers": []}])
+
+
+def test_lora_wrapped_model_runs_both_tasks(tokenizer):
+    from peft import LoraConfig, get_peft_model
+
+    base = tiny_model("llama", len(tokenizer))
+    cls, qa = build_task("sst2", tokenizer), build_task("squad", tokenizer, objective="f1", max_new_tokens=3)
+    want = all_losses(cls, base, EXAMPLES)
+    peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    torch.testing.assert_close(all_losses(cls, peft_model, EXAMPLES), want)  # LoRA B starts at zero
+    (batch,) = qa.make_batches(qa.encode(QA), token_budget=10_000)
+    with torch.inference_mode():
+        assert qa.losses(peft_model, batch).shape == (3,)
