@@ -82,32 +82,50 @@ def _smollm2_folder() -> Path:
     return folder
 
 
-def _smollm2_cached() -> Path:
-    """Convert the GGUF once into a safetensors model + fast tokenizer; return the folder."""
+def _smollm2_cached(part: str = "model") -> Path:
+    """Convert the GGUF once into a fast tokenizer and a safetensors model; return the folder.
+
+    ``part="tokenizer"`` converts only the tokenizer (about 10 s once), which is
+    all the tiny test models need; ``part="model"`` also converts the weights.
+    """
     target = cache_dir() / SMOLLM2
-    if (target / "config.json").exists() and (target / "tokenizer_config.json").exists():
+    has_tok = (target / "tokenizer_config.json").exists()
+    has_model = (target / "config.json").exists() and (target / "model.safetensors").exists()
+    if has_tok and (part == "tokenizer" or has_model):
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = _smollm2_folder()
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-    # The weights are de-quantised to fp32 on load; drop the GGUF quantisation
-    # marker so that the copy saves and loads as a plain model.
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer = None
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(tmp)
+    if has_tok:
+        tokenizer = AutoTokenizer.from_pretrained(target)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
     tokenizer.save_pretrained(tmp)
+    if part == "model":
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+        # The weights are de-quantised to fp32 on load; drop the GGUF quantisation
+        # marker so that the copy saves and loads as a plain model.
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        if getattr(model, "hf_quantizer", None) is not None:
+            model.hf_quantizer = None
+        model.save_pretrained(tmp)
+    elif target.exists():
+        for f in target.iterdir():  # keep a model converted earlier
+            if not (tmp / f.name).exists():
+                os.replace(f, tmp / f.name)
+    import shutil
+
+    old = target.with_name(target.name + f".old{os.getpid()}")
+    if target.exists():
+        os.replace(target, old)
     try:
         os.replace(tmp, target)
     except OSError:  # another process cached it first
-        import shutil
-
         shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
     return target
 
 
@@ -117,7 +135,7 @@ def load_tokenizer(name: str):
 
     name = canonical_name(name)
     if name in (SMOLLM2, *TINY_MODELS):
-        tok = AutoTokenizer.from_pretrained(_smollm2_cached())
+        tok = AutoTokenizer.from_pretrained(_smollm2_cached("tokenizer"))
     else:
         tok = AutoTokenizer.from_pretrained(os.path.expanduser(name))
     if tok.pad_token is None:
@@ -178,7 +196,7 @@ def load_model(
             model = AutoModelForCausalLM.from_config(_tiny_config(name, len(tokenizer)))
         model = model.to(torch_dtype)
     elif name == SMOLLM2:
-        model = AutoModelForCausalLM.from_pretrained(_smollm2_cached(), dtype=torch_dtype)
+        model = AutoModelForCausalLM.from_pretrained(_smollm2_cached("model"), dtype=torch_dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), dtype=torch_dtype)
     if model.config.pad_token_id is None:
