@@ -170,6 +170,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs_dir", help="a folder holding runs (searched recursively for summary.json)")
     p.add_argument("--out", help="where to write the report (default: RUNS_DIR/report)")
     p.add_argument("--no-paper", action="store_true", help="do not overlay the paper's published numbers")
+
+    p = sub.add_parser("audit", help="membership-inference audit of finished runs (several: pooled)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folders (fresh secrets each)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUC interval")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
     return parser
 
 
@@ -254,12 +259,22 @@ def _cmd_report(ns) -> int:
     return 0
 
 
+def _cmd_audit(ns) -> int:
+    from paczero.audit import audit, format_report
+
+    if ns.bootstrap < 1:
+        raise ValueError(f"--bootstrap must be >= 1, got {ns.bootstrap}")
+    report = audit(ns.run_dirs, bootstrap=ns.bootstrap)
+    print(json.dumps(report, indent=1) if ns.json else format_report(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
         ns = parser.parse_args(argv)
         handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes,
-                   "sweep": _cmd_sweep, "report": _cmd_report}
+                   "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit}
         return handler[ns.command](ns)
     except (UsageError, ValueError) as e:  # ConfigError, CheckpointError and bad values are ValueErrors
         msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__

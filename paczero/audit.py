@@ -1,0 +1,367 @@
+"""``paczero audit``: an empirical membership-inference audit of finished runs.
+
+The adversary is the paper's *informed adversary* (Section 2, "Instantiation
+and MIA guarantees"): it knows the universe U, the M candidate subsets (the
+design), the base model, the released model and, for PAC-MI, the public
+transcript -- everything except the secret index j*. Its prior success is
+exactly 1/2 because every record lies in M/2 of the candidates. The audit
+plays that adversary on a run and measures how often it guesses, for each of
+the N records of U, whether the record is in the secret training set S_{j*}.
+
+Three attacks:
+
+* ``loss``: per-record score = base loss - released loss (loss reduction);
+  guess "member" when the score is above the run's median (balanced prior).
+* ``subset``: the best use of the design for that score: each candidate j is
+  scored by the mean record score of its members, j^ = argmax, and record i
+  is guessed a member iff ``design[j^, i]``.
+* ``transcript`` (PAC mechanisms): the Bayes-optimal posterior over j* given
+  the public transcript. The per-step subset signs are not in the log, but the
+  informed adversary can recompute them: it knows the base weights, the public
+  direction seed, the released coefficients (so every theta_t) and the design,
+  so it replays the run, recomputes the per-sample scalars at each noised step
+  and applies the same Bayes update as the mechanism (``y~ s_m / sigma^2``).
+  It guesses record i a member iff ``P(i in S* | transcript) > 1/2``.
+
+The design comes from the run's private checkpoint state (the informed
+adversary knows it by assumption). The secret index is read from the same
+state *only to score* the guesses, in :func:`_ground_truth`; no attack sees it.
+Accuracy is the fraction of records guessed right; its 95% interval is
+Wilson's for per-record decisions (the loss attack) and Hoeffding's over runs for joint
+decisions (a guessed subset or posterior: a run's records move together); the AUC's is a
+stratified bootstrap. Records of one run are not
+independent (one secret per run), so several runs with fresh secrets pooled
+into one estimate give the honest interval; per-run figures are reported too.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from paczero.config import ConfigError, TrainConfig
+
+__all__ = ["RunEvidence", "collect_run", "audit", "auc", "wilson", "hoeffding", "format_report"]
+
+PAC_TRANSCRIPT = ("pac-mi", "pac-zpl", "hybrid")
+Z95 = 1.959963984540054
+
+
+# --------------------------------------------------------------- statistics
+def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = k / n
+    den = 1.0 + z * z / n
+    centre = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    """ROC AUC (Mann-Whitney U with average ranks for ties); 0.5 if a class is empty."""
+    from scipy.stats import rankdata
+
+    s = np.asarray(scores, dtype=np.float64)
+    y = np.asarray(labels, dtype=bool)
+    n1, n0 = int(y.sum()), int((~y).sum())
+    if n1 == 0 or n0 == 0:
+        return 0.5
+    r = rankdata(s)
+    return float((r[y].sum() - n1 * (n1 + 1) / 2) / (n1 * n0))
+
+
+def auc_interval(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray, *, reps: int = 1000,
+                 seed: int = 0) -> tuple[float, float]:
+    """95% percentile bootstrap interval of the AUC, resampling records within (run, class) strata."""
+    rng = np.random.default_rng(seed)
+    s, y, g = np.asarray(scores, float), np.asarray(labels, bool), np.asarray(groups)
+    strata = [np.flatnonzero((g == gi) & (y == yi)) for gi in np.unique(g) for yi in (False, True)]
+    strata = [st for st in strata if len(st)]
+    stats = np.empty(reps)
+    for r in range(reps):
+        idx = np.concatenate([rng.choice(st, size=len(st), replace=True) for st in strata])
+        stats[r] = auc(s[idx], y[idx])
+    lo, hi = np.quantile(stats, [0.025, 0.975])
+    return (float(lo), float(hi))
+
+
+# ------------------------------------------------------------- one run
+@dataclass
+class RunEvidence:
+    """What the adversary computed on one run, plus the truth used to score it."""
+    run_dir: str
+    mechanism: str
+    num_subsets: int
+    design: np.ndarray            # [M, N] bool (known to the informed adversary)
+    loss_score: np.ndarray        # [N] base loss - released loss
+    transcript_post: np.ndarray | None  # [M] posterior over j* from the public transcript
+    replay_check: dict | None     # consistency of the replay with the logged q+ values
+    mi_spent: float | None
+    bound: float | None
+    member: np.ndarray            # [N] bool, the truth (scoring only)
+    secret: int                   # j* (scoring only)
+
+
+def _load_config(run_dir: Path) -> TrainConfig:
+    try:
+        values = json.loads((run_dir / "run.json").read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        raise ConfigError(f"{str(run_dir)!r} is not a paczero run folder (no readable run.json)") from None
+    if isinstance(values.get("verbalizer"), dict):
+        values["verbalizer"] = {int(k): v for k, v in values["verbalizer"].items()}
+    values.update(resume=False, overwrite=False, progress=False)
+    return TrainConfig.from_dict(values, source=str(run_dir / "run.json")).validate()
+
+
+def _private_state(run_dir: Path) -> dict:
+    from paczero.checkpoint import load_latest_checkpoint
+
+    found = load_latest_checkpoint(run_dir, warn=lambda *_: None)
+    if found is None:
+        raise ConfigError(f"run {str(run_dir)!r} has no readable checkpoint (the design lives there)")
+    return found[3]["mechanism"]
+
+
+def _design(state: dict) -> np.ndarray:
+    design = state.get("design")
+    if design is None:
+        raise ConfigError(f"mechanism {state.get('mechanism')!r} has no candidate subsets: "
+                          "the membership audit applies to runs with a design (PAC and *_half variants)")
+    return np.asarray(design, dtype=bool)
+
+
+def _ground_truth(state: dict, design: np.ndarray) -> tuple[int, np.ndarray]:
+    """The secret index and the true membership vector: used ONLY to score the attacks."""
+    secret = int(state["secret"])
+    return secret, design[secret].copy()
+
+
+def _per_record_losses(setup, batches) -> np.ndarray:
+    import torch
+
+    from paczero.tasks import collect
+
+    out = []
+    with torch.inference_mode():
+        for b in batches:
+            out.append(setup.task.losses(setup.model, b.to(setup.device)))
+    return collect(out, batches, len(setup.universe)).double().numpy()
+
+
+def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, records: list[dict],
+                      batches) -> tuple[np.ndarray, dict]:
+    """The transcript adversary: replay theta_t from public data, recompute the subset signs
+    at every noised step and apply the mechanism's Bayes update on (y~, sigma)."""
+    from paczero.subsets import subset_signs
+    from paczero.zo import Perturber, stability_clip, two_point_scalars
+
+    m = design.shape[0]
+    log_post = np.full(m, -math.log(m))
+    perturber = Perturber(setup.model, params, cfg.seed)
+    n = len(setup.universe)
+    worst, noised = 0.0, 0
+    try:
+        for rec in records:
+            step = rec["step"]
+            branches = rec["branch"] if isinstance(rec["branch"], list) else [rec["branch"]]
+            if "noised" in branches:
+                k = len(branches)
+                ys = rec["y_tilde"] if k > 1 else [rec["y_tilde"]]
+                sig = rec["sigma"] if k > 1 else [rec["sigma"]]
+                g, _ = two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
+                                         lambda b: setup.task.losses(setup.model, b), n, setup.device)
+                signs = subset_signs(stability_clip(g, cfg.clip), design)
+                for j in range(k):
+                    post = np.exp(log_post - log_post.max())
+                    post /= post.sum()
+                    if j == 0 and rec.get("q_plus") is not None:
+                        worst = max(worst, abs(float(post[signs[j] == 1].sum()) - rec["q_plus"]))
+                    if branches[j] != "noised":
+                        continue
+                    noised += 1
+                    log_post = log_post + (ys[j] / (sig[j] * sig[j])) * signs[j]
+                    log_post -= log_post.max()
+                    log_post -= math.log(np.exp(log_post).sum())
+            coefs = rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]]
+            perturber.apply_update(step, coefs, rec["lr"], cfg.weight_decay)
+    finally:
+        perturber.remove()
+    post = np.exp(log_post - log_post.max())
+    return post / post.sum(), {"noised_releases": noised, "max_q_plus_error": worst}
+
+
+def collect_run(run_dir: str | Path) -> RunEvidence:
+    """Play the informed adversary on one finished run."""
+    from safetensors.torch import load_file
+
+    from paczero.models import trainable_parameters
+    from paczero.privacy import mia_bound
+    from paczero.train import build, load_trainable
+
+    path = Path(run_dir).expanduser()
+    cfg = _load_config(path)
+    if not (path / "selected.safetensors").exists():
+        raise ConfigError(f"run {str(run_dir)!r} is not finished (no selected.safetensors)")
+    state = _private_state(path)
+    design = _design(state)
+    setup = build(cfg)  # the base model (same public init seed)
+    if design.shape[1] != len(setup.universe):
+        raise ConfigError(f"run {str(run_dir)!r}: the design covers {design.shape[1]} records but the "
+                          f"rebuilt universe has {len(setup.universe)} (data changed?)")
+    params = trainable_parameters(setup.model, cfg.track)
+    batches = setup.task.make_batches(setup.universe, token_budget=cfg.token_budget)
+    base = _per_record_losses(setup, batches)
+
+    post, check = None, None
+    if cfg.mechanism in PAC_TRANSCRIPT:
+        records = [json.loads(line) for line in (path / "log.jsonl").read_text().splitlines() if line.strip()]
+        if len(records) != cfg.steps:
+            raise ConfigError(f"run {str(run_dir)!r}: log.jsonl holds {len(records)} of {cfg.steps} steps")
+        if any("noised" in (r["branch"] if isinstance(r["branch"], list) else [r["branch"]]) for r in records):
+            post, check = _replay_posterior(setup, cfg, params, design, records, batches)
+        else:  # no noised release: the transcript carries no information about j*
+            post = np.full(design.shape[0], 1.0 / design.shape[0])
+            check = {"noised_releases": 0, "max_q_plus_error": 0.0}
+
+    load_trainable(params, load_file(str(path / "selected.safetensors")))
+    released = _per_record_losses(setup, batches)
+
+    mi_spent, bound = None, None
+    summary_path = path / "summary.json"
+    if summary_path.exists():
+        privacy = json.loads(summary_path.read_text()).get("privacy", {})
+        if privacy.get("private") and privacy.get("mi_spent") is not None:
+            mi_spent = float(privacy["mi_spent"])
+            bound = mia_bound(mi_spent)
+    secret, member = _ground_truth(state, design)
+    return RunEvidence(str(path), cfg.mechanism, design.shape[0], design, base - released, post, check,
+                       mi_spent, bound, member, secret)
+
+
+# ------------------------------------------------------------- attacks
+def _loss_guess(ev: RunEvidence) -> np.ndarray:
+    return ev.loss_score > np.median(ev.loss_score)
+
+
+def _subset_choice(ev: RunEvidence) -> tuple[int, np.ndarray]:
+    d = ev.design.astype(np.float64)
+    per_subset = d @ ev.loss_score / d.sum(axis=1)
+    j = int(np.argmax(per_subset))
+    soft = d.T @ per_subset / d.sum(axis=0)  # record score: mean score of the candidates holding it
+    return j, soft
+
+
+def _transcript_guess(ev: RunEvidence) -> tuple[int, np.ndarray, np.ndarray]:
+    p = ev.design.T.astype(np.float64) @ ev.transcript_post  # P(i in S* | transcript)
+    j = int(np.argmax(ev.transcript_post))
+    guess = np.where(np.abs(p - 0.5) > 1e-12, p > 0.5, ev.design[j])  # exact ties: the MAP candidate
+    return j, p, guess
+
+
+def hoeffding(values: Sequence[float], alpha: float = 0.05) -> tuple[float, float]:
+    """Two-sided Hoeffding interval for the mean of values in [0, 1] (valid for any dependence
+    inside a value: used with one value per run)."""
+    r = len(values)
+    mean = float(np.mean(values))
+    half = math.sqrt(math.log(2.0 / alpha) / (2.0 * r))
+    return (max(0.0, mean - half), min(1.0, mean + half))
+
+
+def _summarise(correct: list[np.ndarray], scores: list[np.ndarray], labels: list[np.ndarray],
+               reps: int, seed: int, unit: str) -> dict:
+    """Pooled accuracy and AUC. ``unit="record"``: Wilson interval over the pooled records
+    (the guesses are per-record decisions); ``unit="run"``: Hoeffding interval over the per-run
+    accuracies (one joint decision per run, e.g. a guessed subset, makes a run's records move together)."""
+    from scipy.stats import rankdata
+
+    c = np.concatenate(correct)
+    k, n = int(c.sum()), len(c)
+    per_run = [float(x.mean()) for x in correct]
+    groups = np.concatenate([np.full(len(s), i) for i, s in enumerate(scores)])
+    # scores of different runs live on different scales: pool within-run percentile ranks
+    ranks = np.concatenate([rankdata(s) / len(s) for s in scores])
+    y = np.concatenate(labels)
+    lo, hi = wilson(k, n) if unit == "record" else hoeffding(per_run)
+    a_lo, a_hi = auc_interval(ranks, y, groups, reps=reps, seed=seed)
+    return {"accuracy": k / n, "accuracy_ci95": [lo, hi], "interval": "wilson over records" if unit == "record"
+            else "hoeffding over runs", "auc": auc(ranks, y), "auc_ci95": [a_lo, a_hi],
+            "records": n, "per_run_accuracy": per_run}
+
+
+def audit(run_dirs: Sequence[str | Path], *, bootstrap: int = 1000, seed: int = 0,
+          evidence: list[RunEvidence] | None = None) -> dict[str, Any]:
+    """Audit one run or pool several (fresh secrets) into one estimate; returns a JSON-able report."""
+    evs = evidence if evidence is not None else [collect_run(r) for r in run_dirs]
+    if not evs:
+        raise ConfigError("audit needs at least one run folder")
+    mechs = sorted({e.mechanism for e in evs})
+    bounds = [e.bound for e in evs]
+    bound = None if any(b is None for b in bounds) else float(np.mean(bounds))
+    report: dict[str, Any] = {
+        "runs": [e.run_dir for e in evs], "mechanism": mechs[0] if len(mechs) == 1 else mechs,
+        "records_per_run": [len(e.member) for e in evs],
+        "mi_spent": [e.mi_spent for e in evs],
+        "mia_bound": bound,
+        "prior": 0.5,
+        "attacks": {},
+    }
+    loss_correct = [(_loss_guess(e) == e.member) for e in evs]
+    report["attacks"]["loss"] = _summarise(loss_correct, [e.loss_score for e in evs],
+                                           [e.member for e in evs], bootstrap, seed, "record")
+    choices = [_subset_choice(e) for e in evs]
+    sub_correct = [(e.design[j] == e.member) for e, (j, _) in zip(evs, choices)]
+    sub = _summarise(sub_correct, [soft for _, soft in choices], [e.member for e in evs], bootstrap, seed, "run")
+    hits = sum(int(j == e.secret) for e, (j, _) in zip(evs, choices))
+    sub.update(secret_found=hits, secret_found_ci95=list(wilson(hits, len(evs))), chance=1.0 / evs[0].num_subsets)
+    report["attacks"]["subset"] = sub
+    if all(e.transcript_post is not None for e in evs):
+        tg = [_transcript_guess(e) for e in evs]
+        tr = _summarise([g == e.member for e, (_, _, g) in zip(evs, tg)], [p for _, p, _ in tg],
+                        [e.member for e in evs], bootstrap, seed, "run")
+        hits = sum(int(j == e.secret) for e, (j, _, _) in zip(evs, tg))
+        tr.update(secret_found=hits, secret_found_ci95=list(wilson(hits, len(evs))),
+                  posterior_expected_accuracy=float(np.mean([np.maximum(p, 1 - p).mean() for _, p, _ in tg])),
+                  replay=[e.replay_check for e in evs])
+        report["attacks"]["transcript"] = tr
+    else:
+        report["attacks"]["transcript"] = None
+        report["transcript_note"] = ("not applicable: the transcript adversary is defined for the PAC "
+                                     "mechanisms (pac-mi, pac-zpl, hybrid)")
+    for att in report["attacks"].values():
+        if att is not None:
+            att["verdict"] = _verdict(att["accuracy_ci95"], bound)
+    return report
+
+
+def _verdict(ci: list[float], bound: float | None) -> str:
+    if bound is None:
+        return "no guarantee to check (non-private mechanism)" if ci[0] <= 0.5 else \
+            "leaks: accuracy above the prior 0.5 (non-private mechanism)"
+    if ci[0] > bound:
+        return "VIOLATION: accuracy significantly above the bound"
+    return "consistent with the bound"
+
+
+def format_report(rep: dict) -> str:
+    b = rep["mia_bound"]
+    lines = [f"paczero audit: {len(rep['runs'])} run(s), mechanism {rep['mechanism']}, "
+             f"{sum(rep['records_per_run'])} records",
+             "MIA bound: " + ("none (non-private)" if b is None else f"{b:.4f} (prior 0.5)")]
+    names = {"loss": "loss reduction, median threshold", "subset": "subset MAP on loss reduction",
+             "transcript": "Bayes posterior from the transcript"}
+    for key, att in rep["attacks"].items():
+        if att is None:
+            lines.append(f"  {names[key]:38s} {rep.get('transcript_note', 'n/a')}")
+            continue
+        lo, hi = att["accuracy_ci95"]
+        alo, ahi = att["auc_ci95"]
+        extra = f"; j* found {att['secret_found']}/{len(rep['runs'])}" if "secret_found" in att else ""
+        lines.append(f"  {names[key]:38s} acc {att['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]  "
+                     f"AUC {att['auc']:.3f} [{alo:.3f}, {ahi:.3f}]{extra}  -> {att['verdict']}")
+    return "\n".join(lines)
