@@ -1,0 +1,122 @@
+"""The membership-inference audit: it must catch a leaky variant and pass PAC-ZPL.
+
+Negative control (docs/audit.md): ``raw_half`` trains on the mean scalar of
+the secret subset itself, so the released model remembers its members; on a
+tiny problem (a random tiny-llama with LoRA, 8 records of one label, 40 steps
+at lr 0.05, three runs with fresh secrets pooled) the loss-reduction attack is
+clearly above 1/2. PAC-ZPL on the same problem stays within its interval of 1/2.
+One label for the whole universe takes the label out of the score: otherwise
+the model mostly learns the label mix of S*, which the median threshold cannot
+tell from membership.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from paczero.audit import audit, auc, collect_run, hoeffding, wilson
+from paczero.cli import main
+from paczero.config import TrainConfig
+from paczero.train import train
+
+WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+         "quebec romeo sierra tango uniform victor whiskey xray yankee zulu apple river stone cloud paper glass "
+         "metal forest ocean desert winter summer candle silver copper marble velvet").split()
+CONTROL = dict(model="tiny-llama", task="demo", track="lora", n_train=8, n_dev=4, n_test=4, steps=40,
+               num_subsets=8, lr=0.05, eval_every=40, checkpoint_every=40, dev_best=False,
+               eval_zero_shot=False, progress=False)
+
+
+def write_universe(path, rows: int = 80, seed: int = 0) -> str:
+    """Sentences of 8 random words, all of label 1 (the negative control's data)."""
+    r = random.Random(seed)
+    with open(path, "w") as f:
+        for _ in range(rows):
+            f.write(json.dumps({"sentence": " ".join(r.choice(WORDS) for _ in range(8)), "label": 1}) + "\n")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _runs(root, mechanism: str, seeds, data: str, **extra) -> list[str]:
+    out = []
+    for s in seeds:
+        d = root / f"{mechanism}-{s}"
+        train(TrainConfig(mechanism=mechanism, private_seed=s, out_dir=str(d), data=data, **{**CONTROL, **extra}),
+              log=lambda *a: None)
+        out.append(str(d))
+    return out
+
+
+def test_statistics():
+    assert auc(np.array([1, 2, 3, 4.0]), np.array([0, 0, 1, 1])) == 1.0
+    assert auc(np.array([1, 1, 1, 1.0]), np.array([0, 1, 0, 1])) == 0.5
+    lo, hi = wilson(50, 100)
+    assert lo < 0.5 < hi and abs(hi - 0.5 - (0.5 - lo)) < 1e-12
+    assert wilson(0, 10)[0] == 0.0 and wilson(10, 10)[1] == pytest.approx(1.0)
+    lo, hi = hoeffding([1.0] * 4)
+    assert hi == 1.0 and lo == pytest.approx(1 - math.sqrt(math.log(40) / 8))
+
+
+def test_negative_control_leaky_caught_zpl_passes(tmp_path, one_thread):
+    data = write_universe(tmp_path / "universe.jsonl")
+    leaky = audit(_runs(tmp_path, "raw_half", (1, 2, 3), data), bootstrap=300)
+    loss = leaky["attacks"]["loss"]
+    assert leaky["mia_bound"] is None
+    assert loss["accuracy_ci95"][0] > 0.5 and loss["auc_ci95"][0] > 0.5, loss
+    assert leaky["attacks"]["subset"]["accuracy"] > 0.75
+    assert leaky["attacks"]["transcript"] is None  # defined for the PAC mechanisms only
+
+    zpl = audit(_runs(tmp_path, "pac-zpl", (1, 2), data), bootstrap=300)
+    assert zpl["mia_bound"] == 0.5 and zpl["mi_spent"] == [0.0, 0.0]
+    for name in ("loss", "subset", "transcript"):
+        att = zpl["attacks"][name]
+        assert att["accuracy_ci95"][0] <= 0.5 <= att["accuracy_ci95"][1], (name, att)
+        assert att["verdict"] == "consistent with the bound"
+    # no noised release: the transcript posterior stays uniform, the AUC is exactly 1/2
+    assert zpl["attacks"]["transcript"]["auc"] == 0.5
+    assert zpl["attacks"]["transcript"]["posterior_expected_accuracy"] == 0.5
+
+
+def test_transcript_replay_recovers_the_mechanism_posterior(tmp_path, one_thread, capsys):
+    """PAC-MI: the adversary's replay from public data reproduces the mechanism's own posterior."""
+    from paczero.checkpoint import load_latest_checkpoint
+
+    run = tmp_path / "mi"
+    train(TrainConfig(model="tiny-llama", task="demo", n_train=16, n_dev=4, n_test=4, steps=6, num_subsets=8,
+                      mechanism="pac-mi", mi_budget=1.0, eval_every=6, checkpoint_every=6, private_seed=3,
+                      eval_zero_shot=False, progress=False, out_dir=str(run)), log=lambda *a: None)
+    ev = collect_run(run)
+    assert ev.replay_check["noised_releases"] > 0 and ev.replay_check["max_q_plus_error"] < 1e-9
+    state = load_latest_checkpoint(run)[3]["mechanism"]
+    lp = np.asarray(state["log_posterior"])
+    np.testing.assert_allclose(ev.transcript_post, np.exp(lp) / np.exp(lp).sum(), rtol=1e-9, atol=1e-12)
+    summary = json.loads((run / "summary.json").read_text())
+    rep = audit([], evidence=[ev], bootstrap=50)
+    assert rep["mi_spent"] == [summary["privacy"]["mi_spent"]] and rep["mia_bound"] == summary["privacy"]["mia_bound"]
+    tr = rep["attacks"]["transcript"]
+    assert 0.5 <= tr["posterior_expected_accuracy"] <= 1.0
+
+    assert main(["audit", str(run), "--json", "--bootstrap", "20"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert set(printed["attacks"]) == {"loss", "subset", "transcript"}
+    assert main(["audit", str(run), "--bootstrap", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "Bayes posterior from the transcript" in text and "secret" not in text
+
+
+def test_audit_refuses_what_it_cannot_audit(tmp_path, capsys):
+    assert main(["audit", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("paczero: error:") and "not a paczero run folder" in err and "\n" not in err
