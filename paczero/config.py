@@ -35,6 +35,7 @@ class TrainConfig:
     track: str = "lora"                      # "lora" | "ft"
     dtype: str = "fp32"                      # "fp32" | "bf16" | "fp16"
     device: str = "auto"                     # "auto" | "cpu" | "cuda" | "cuda:N"
+    device_map: str | None = None            # e.g. "auto": shard a model too big for one GPU (needs accelerate)
     lora_r: int = 8
     lora_alpha: int = 16
     lora_targets: list[str] | None = None    # None: peft's default (query/value projections)
@@ -124,6 +125,8 @@ class TrainConfig:
 
         need(isinstance(self.model, str) and self.model.strip() != "", "model must be a non-empty name or path")
         need(self.track in ("lora", "ft"), f"track must be 'lora' or 'ft', got {self.track!r}")
+        need(self.device_map in (None, "auto", "balanced", "balanced_low_0", "sequential"),
+             f"device_map must be auto, balanced, balanced_low_0 or sequential, got {self.device_map!r}")
         need(self.dtype in ("fp32", "bf16", "fp16"), f"dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
         need(self.device == "auto" or self.device == "cpu" or str(self.device).startswith("cuda"),
              f"device must be auto, cpu or cuda[:N], got {self.device!r}")

@@ -176,12 +176,16 @@ def load_model(
     lora_alpha: int = 16,
     lora_targets: list[str] | None = None,
     init_seed: int = 0,
+    device_map: str | None = None,
 ) -> LoadedModel:
     """Load a causal LM for zeroth-order training, in eval mode with no gradients.
 
     ``track="lora"`` wraps the model with peft LoRA (default r=8, alpha=16 on
     the attention query/value projections, as in the paper; ``lora_targets``
-    overrides peft's per-architecture default).
+    overrides peft's per-architecture default). ``device_map`` (e.g. ``"auto"``)
+    shards a hub/local model over the visible GPUs with accelerate instead of
+    moving it to ``device``; the perturbation hooks work per module, on each
+    parameter's own device.
     """
     from transformers import AutoModelForCausalLM
 
@@ -198,7 +202,8 @@ def load_model(
     elif name == SMOLLM2:
         model = AutoModelForCausalLM.from_pretrained(_smollm2_cached("model"), dtype=torch_dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), dtype=torch_dtype)
+        extra = {"device_map": device_map} if device_map else {}
+        model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), dtype=torch_dtype, **extra)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     model.requires_grad_(False)
@@ -217,7 +222,8 @@ def load_model(
     elif track != "ft":
         raise ValueError(f"track must be 'ft' or 'lora', got {track!r}")
     model.eval()
-    model.to(device)
+    if not device_map or name in (SMOLLM2, *TINY_MODELS):
+        model.to(device)
     return LoadedModel(model=model, tokenizer=tokenizer, name=name)
 
 

@@ -122,8 +122,11 @@ def build(cfg: TrainConfig, *, with_model: bool = True) -> Setup:
         raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
     if with_model:
         lm = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
-                        lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed)
+                        lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
+                        device_map=cfg.device_map)
         model, tokenizer = lm.model, lm.tokenizer
+        if cfg.device_map:  # inputs go where the embeddings live
+            device = str(model.get_input_embeddings().weight.device)
     else:
         model, tokenizer = None, load_tokenizer(cfg.model)
     task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,
