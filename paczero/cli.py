@@ -175,6 +175,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folders (fresh secrets each)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUC interval")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+
+    p = sub.add_parser("bench", help="time and memory of a ZO step against the inference floor (one run)")
+    from paczero.bench import add_arguments as add_bench_arguments  # light: torch loads only when it runs
+
+    add_bench_arguments(p)
     return parser
 
 
@@ -269,12 +274,18 @@ def _cmd_audit(ns) -> int:
     return 0
 
 
+def _cmd_bench(ns) -> int:
+    from paczero.bench import run
+
+    return run(ns)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
         ns = parser.parse_args(argv)
         handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes,
-                   "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit}
+                   "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit, "bench": _cmd_bench}
         return handler[ns.command](ns)
     except (UsageError, ValueError) as e:  # ConfigError, CheckpointError and bad values are ValueErrors
         msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__

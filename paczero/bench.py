@@ -1,0 +1,405 @@
+"""Speed and memory of a zeroth-order step against the inference floor, measured in one run.
+
+The physical floor of a PACZero step is two inference passes over the N
+examples of the universe. ``paczero bench`` measures, for one model, task,
+track, N, dtype and device, in the same process:
+
+(a) ``floor_s``: one inference pass computing the per-sample losses of all N
+    examples at theta (``task.losses`` over the prebuilt micro-batches, no
+    perturbation); median of ``steps`` passes after a warm-up;
+(b) ``step_s``: the median time of the real loop body (mechanism subsample,
+    two-point scalars, stability clip, ``mechanism.step``, ``apply_update``);
+(c) ``ratio = step_s / (2 * floor_s)`` (goal: <= 1.15), the median of the
+    ratios of interleaved (floor pass, step) pairs; ``cpu_ratio`` the same in
+    process CPU time, the steadier figure on a shared machine (use
+    ``--threads 1`` there: idle OpenMP threads spin);
+(d) peak memory of a training phase and of an inference phase: on CPU each
+    phase runs in its own fresh process and reports its resident high-water
+    mark (``VmHWM``, reset after set-up through ``/proc/self/clear_refs`` so
+    that model loading does not count); on CUDA ``max_memory_allocated``;
+(e) ``privacy_s``: the time of ``mechanism.step`` (subset signs, calibration);
+(f) step time at 2N (goal: x2) and at 2M (goal: x1), again as medians of
+    ratios within interleaved rounds (N, 2N, 2M steps in turn; CPU time on CPU).
+
+Optionally (``--world 2``) the step time of a data-parallel run with that many
+gloo/nccl processes on the same machine, and the speedup over one process.
+These are benchmarks, not tests: timings on a shared machine are noisy, which
+is why every figure of merit is a ratio measured within one run.
+
+The universe is the task's examples cycled to N (the demo set has 400), so N
+can grow past the data set without changing the length distribution.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+
+@dataclass
+class BenchConfig:
+    model: str = "tiny-opt"
+    task: str = "demo"
+    track: str = "lora"
+    n: int = 256
+    dtype: str = "fp32"
+    device: str = "cpu"
+    token_budget: int = 4096
+    num_subsets: int = 128
+    mechanism: str = "pac-zpl"
+    mi_budget: float = 1.0          # pac-mi only: total MI over `steps`
+    steps: int = 3                  # timed steps (after one warm-up step)
+    num_directions: int = 1
+    mu: float = 1e-3
+    lr: float = 1e-6
+    scaling: bool = True
+    memory: bool = True
+    world: int = 1                  # > 1: also time a data-parallel step with this many processes
+    threads: int | None = None      # torch intra-op threads (None: torch's default)
+    seed: int = 0
+
+
+class Harness:
+    """A loaded model, its task, the universe's micro-batches and the step's parts, for timing."""
+
+    def __init__(self, cfg: BenchConfig, lm=None):
+        import torch
+
+        from paczero.models import load_model
+        from paczero.tasks import build_task
+
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.cfg = cfg
+        self.lm = lm or load_model(cfg.model, dtype=cfg.dtype, device=cfg.device, track=cfg.track,
+                                   init_seed=cfg.seed)
+        self.model = self.lm.model
+        self.task = build_task(cfg.task, self.lm.tokenizer)
+        self.perturber = None
+        self.data: dict[int, tuple[list, list]] = {}
+        self.universe, self.batches = self.data_for(cfg.n)
+
+    def data_for(self, n: int) -> tuple[list, list]:
+        """The universe of size ``n`` (the task's examples cycled) and its micro-batches."""
+        from paczero.tasks import load_splits
+
+        if n not in self.data:
+            pool, _, _ = load_splits(self.cfg.task, n_train=None, n_dev=0, n_test=0, seed=self.cfg.seed)
+            universe = self.task.encode([pool[i % len(pool)] for i in range(n)])
+            self.data[n] = universe, self.task.make_batches(universe, token_budget=self.cfg.token_budget)
+        return self.data[n]
+
+    def sync(self) -> None:
+        import torch
+
+        if str(self.cfg.device).startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def floor_pass(self) -> float:
+        """One inference pass over the universe: the per-sample losses at theta."""
+        import torch
+
+        t0, c0 = time.perf_counter(), time.process_time()
+        with torch.inference_mode():
+            for batch in self.batches:
+                self.task.losses(self.model, batch.to(self.cfg.device)).cpu()
+        self.sync()
+        self.last_cpu_s = time.process_time() - c0
+        return time.perf_counter() - t0
+
+    def mechanism(self, num_subsets: int, n: int):
+        from paczero.config import TrainConfig
+        from paczero.subsets import private_generator
+        from paczero.train import make_mechanism
+
+        c = self.cfg
+        tc = TrainConfig(model=c.model, mechanism=c.mechanism, num_subsets=num_subsets, steps=c.steps + 1,
+                         mi_budget=c.mi_budget if c.mechanism in ("pac-mi", "hybrid") else None,
+                         switch_step=c.steps + 1 if c.mechanism == "hybrid" else None, private_seed=c.seed)
+        return make_mechanism(tc.validate(), n, private_generator(c.seed))
+
+    def runner(self, num_subsets: int, dp=None, n: int | None = None) -> Callable[[int], dict]:
+        """The real loop body as a function of the step number, with a fresh mechanism; returns part timings."""
+        from paczero.distributed import Single
+        from paczero.models import trainable_parameters
+        from paczero.zo import Perturber, stability_clip
+
+        dp = dp or Single()
+        c = self.cfg
+        if self.perturber is None:
+            self.perturber = Perturber(self.model, trainable_parameters(self.model, c.track), c.seed)
+        n = n or self.cfg.n
+        universe, full_batches = self.data_for(n)
+        mech = self.mechanism(num_subsets, n) if dp.is_main else None
+
+        def one_step(step: int) -> dict:
+            t0, c0 = time.perf_counter(), time.process_time()
+            if dp.is_main:
+                idx = mech.batch_indices(n)
+                dp.announce(step, idx)
+            else:
+                _, idx = dp.receive()
+            batches, rows = full_batches, n
+            if idx is not None:
+                subset = [universe[i] for i in idx]
+                batches, rows = self.task.make_batches(subset, token_budget=c.token_budget), len(subset)
+            g, _ = dp.two_point_scalars(self.perturber, step, c.num_directions, c.mu, batches,
+                                        lambda b: self.task.losses(self.model, b), rows, c.device)
+            t1 = time.perf_counter()
+            if dp.is_main:
+                releases = mech.step(stability_clip(g, None))
+                coefs = [r.coef for r in releases]
+                t2 = time.perf_counter()
+                dp.publish(coefs, c.lr)
+            else:
+                t2 = time.perf_counter()
+                coefs, _ = dp.receive_release()
+            self.perturber.apply_update(step, coefs, c.lr)
+            self.sync()
+            t3 = time.perf_counter()
+            return {"step_s": t3 - t0, "scalars_s": t1 - t0, "privacy_s": t2 - t1, "update_s": t3 - t2,
+                    "step_cpu_s": time.process_time() - c0}
+
+        return one_step
+
+    def steps(self, num_subsets: int, count: int, dp=None) -> list[dict]:
+        """``count`` + 1 loop bodies (the first is a warm-up, dropped); per-step part timings."""
+        one_step = self.runner(num_subsets, dp)
+        return [one_step(step) for step in range(count + 1)][1:]
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def measure(cfg: BenchConfig, log=print) -> dict:
+    """All the figures of the module docstring, as a JSON-able dict."""
+    import torch
+
+    from paczero.models import trainable_parameters
+    from paczero.tasks.batching import model_device
+
+    t = time.perf_counter()
+    h = Harness(cfg)
+    res: dict = {"config": asdict(cfg), "torch_threads": torch.get_num_threads()}
+    res["trainable_params"] = sum(p.numel() for _, p in trainable_parameters(h.model, cfg.track))
+    res["micro_batches"] = len(h.batches)
+    res["tokens"] = sum(int(b.attention_mask.sum()) for b in h.batches)
+    res["padded_tokens"] = sum(b.num_tokens for b in h.batches)
+    log(f"bench: {cfg.model} {cfg.track} {cfg.dtype} on {model_device(h.model)}, N={cfg.n}, M={cfg.num_subsets}, "
+        f"{len(h.batches)} micro-batches, {torch.get_num_threads()} threads (set-up {time.perf_counter() - t:.1f}s)")
+
+    # Floor passes and steps alternate, and the ratio is the median of the per-pair ratios,
+    # so that a change in the machine's load hits both sides of a ratio alike.
+    one_step = h.runner(cfg.num_subsets)
+    h.floor_pass()
+    one_step(0)  # warm-up
+    floors, floors_cpu, steps = [], [], []
+    for i in range(cfg.steps):
+        floors.append(h.floor_pass())
+        floors_cpu.append(h.last_cpu_s)
+        steps.append(one_step(i + 1))
+    res["floor_s"] = statistics.median(floors)
+    for key in ("step_s", "scalars_s", "privacy_s", "update_s"):
+        res[key] = _median(steps, key)
+    res["ratio"] = statistics.median(s["step_s"] / (2 * f) for s, f in zip(steps, floors))
+    res["ratios"] = [round(s["step_s"] / (2 * f), 4) for s, f in zip(steps, floors)]
+    res["floor_cpu_s"] = statistics.median(floors_cpu)
+    res["step_cpu_s"] = _median(steps, "step_cpu_s")
+    res["cpu_ratio"] = statistics.median(s["step_cpu_s"] / (2 * f) for s, f in zip(steps, floors_cpu))
+    log(f"  floor   {res['floor_s']:.4f}s  step {res['step_s']:.4f}s  ratio {res['ratio']:.3f} "
+        f"(pairs {', '.join(f'{x:.3f}' for x in res['ratios'])})  cpu ratio {res['cpu_ratio']:.3f}  "
+        f"privacy {res['privacy_s'] * 1e3:.2f}ms")
+
+    if cfg.scaling:
+        runs = {"base": one_step, "2n": h.runner(cfg.num_subsets, n=2 * cfg.n), "2m": h.runner(2 * cfg.num_subsets)}
+        runs["2n"](0), runs["2m"](0)  # warm-up
+        key = "step_cpu_s" if cfg.device == "cpu" else "step_s"
+        rounds = [{name: run(i + 1)[key] for name, run in runs.items()} for i in range(cfg.steps)]
+        res["step_2n_s"] = statistics.median(r["2n"] for r in rounds)
+        res["step_2m_s"] = statistics.median(r["2m"] for r in rounds)
+        res["n_scaling"] = statistics.median(r["2n"] / r["base"] for r in rounds)
+        res["m_scaling"] = statistics.median(r["2m"] / r["base"] for r in rounds)
+        log(f"  2N {res['n_scaling']:.3f}x   2M {res['m_scaling']:.3f}x")
+    del h
+    gc.collect()
+
+    if cfg.memory:
+        res["memory"] = {phase: memory_phase(cfg, phase) for phase in ("inference", "train")}
+        res["memory_ratio"] = res["memory"]["train"]["peak_bytes"] / res["memory"]["inference"]["peak_bytes"]
+        log(f"  memory  train/inference peak {res['memory_ratio']:.3f}")
+    if cfg.world > 1:
+        res["dp"] = dp_step_time(cfg, cfg.world)
+        res["dp"]["speedup"] = res["step_s"] / res["dp"]["step_s"]
+        log(f"  data parallel x{cfg.world}: step {res['dp']['step_s']:.4f}s, speedup {res['dp']['speedup']:.2f}")
+    return res
+
+
+# -- memory: one fresh process per phase -----------------------------------------------------------
+def _rss_peak_reset() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the resident high-water mark (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+def _rss_peak() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _memory_child(cfg_dict: dict, phase: str) -> dict:
+    import torch
+
+    cfg = BenchConfig(**cfg_dict)
+    h = Harness(cfg)
+    cuda = str(cfg.device).startswith("cuda")
+    gc.collect()
+    base = torch.cuda.memory_allocated() if cuda else _rss_peak()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    reset = cuda or _rss_peak_reset()
+    if phase == "inference":
+        for _ in range(2):
+            h.floor_pass()
+    else:
+        h.steps(cfg.num_subsets, 1)
+    peak = torch.cuda.max_memory_allocated() if cuda else _rss_peak()
+    return {"peak_bytes": int(peak), "before_bytes": int(base), "peak_reset": bool(reset),
+            "kind": "cuda max_memory_allocated" if cuda else "RSS high-water (VmHWM)"}
+
+
+def memory_phase(cfg: BenchConfig, phase: str) -> dict:
+    """Peak memory of ``phase`` ("inference": two floor passes; "train": two ZO steps) in a fresh process."""
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        return pool.apply(_memory_child, (asdict(cfg), phase))
+
+
+# -- data parallel --------------------------------------------------------------------------------
+def _dp_child(rank: int, world: int, port: int, cfg_dict: dict, queue) -> None:
+    import torch
+    import torch.distributed as tdist
+
+    from paczero.distributed import DataParallel
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    cfg = BenchConfig(**cfg_dict)
+    cuda = str(cfg.device).startswith("cuda")
+    if cuda:
+        torch.cuda.set_device(rank)
+        cfg = replace(cfg, device=f"cuda:{rank}")
+    tdist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    try:
+        h = Harness(cfg)
+        steps = h.steps(cfg.num_subsets, cfg.steps, dp=DataParallel())
+        if rank == 0:
+            queue.put({"world": world, "threads_per_rank": torch.get_num_threads(),
+                       "step_s": _median(steps, "step_s"), "scalars_s": _median(steps, "scalars_s")})
+    finally:
+        tdist.destroy_process_group()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dp_step_time(cfg: BenchConfig, world: int) -> dict:
+    """Median step time of rank 0 in a ``world``-process run on this machine (CPU: cores split evenly)."""
+    import torch
+    import torch.multiprocessing as tmp
+
+    threads = max(1, (cfg.threads or torch.get_num_threads()) // world)
+    sub = replace(cfg, threads=threads, world=1, scaling=False, memory=False)
+    ctx = tmp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    tmp.start_processes(_dp_child, args=(world, free_port(), asdict(sub), queue), nprocs=world,
+                        start_method="spawn", join=True)
+    return queue.get()
+
+
+# -- report ---------------------------------------------------------------------------------------
+def table(results: list[dict]) -> str:
+    """A readable table of :func:`measure` results, one row per configuration."""
+    head = ("model", "track", "dtype", "N", "M", "floor s", "step s", "ratio", "cpu ratio", "privacy ms", "2N x", "2M x",
+            "mem train/inf", "dp x")
+    rows = []
+    for r in results:
+        c = r["config"]
+        mem = r.get("memory")
+        rows.append((c["model"], c["track"], c["dtype"], str(c["n"]), str(c["num_subsets"]),
+                     f"{r['floor_s']:.3f}", f"{r['step_s']:.3f}", f"{r['ratio']:.3f}", f"{r['cpu_ratio']:.3f}",
+                     f"{r['privacy_s'] * 1e3:.2f}",
+                     f"{r['n_scaling']:.2f}" if "n_scaling" in r else "-",
+                     f"{r['m_scaling']:.2f}" if "m_scaling" in r else "-",
+                     (f"{r['memory_ratio']:.3f} ({mem['train']['peak_bytes'] / 2**20:.0f}/"
+                      f"{mem['inference']['peak_bytes'] / 2**20:.0f} MiB)") if mem else "-",
+                     f"{r['dp']['speedup']:.2f}" if "dp" in r else "-"))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+    line = lambda cells: "| " + " | ".join(x.ljust(w) for x, w in zip(cells, widths)) + " |"  # noqa: E731
+    return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = BenchConfig()
+    p.add_argument("--model", nargs="+", default=[d.model], help="one or more models (one table row each)")
+    p.add_argument("--track", nargs="+", default=[d.track], choices=["lora", "ft"])
+    p.add_argument("--task", default=d.task)
+    p.add_argument("--n", type=int, default=d.n, help="universe size N")
+    p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "fp16"])
+    p.add_argument("--device", default=d.device)
+    p.add_argument("--token-budget", type=int, default=d.token_budget)
+    p.add_argument("--num-subsets", type=int, default=d.num_subsets, help="M")
+    p.add_argument("--mechanism", default=d.mechanism, choices=["pac-zpl", "pac-mi"])
+    p.add_argument("--mi-budget", type=float, default=d.mi_budget)
+    p.add_argument("--steps", type=int, default=d.steps, help="timed steps (after one warm-up)")
+    p.add_argument("--num-directions", type=int, default=d.num_directions, help="K")
+    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--world", type=int, default=1, help="also time a data-parallel step with this many processes")
+    p.add_argument("--no-scaling", dest="scaling", action="store_false", help="skip the 2N and 2M steps")
+    p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory phases")
+    p.add_argument("--json-out", help="write the results (a JSON list) here")
+
+
+def run(ns: argparse.Namespace) -> int:
+    fields = set(BenchConfig.__dataclass_fields__)
+    base = BenchConfig(**{k: v for k, v in vars(ns).items() if k in fields and k not in ("model", "track")})
+    if base.n < 2 or base.num_subsets < 2 or base.num_subsets % 2:
+        raise ValueError("bench needs N >= 2 and an even M >= 2")
+    results = []
+    for model in ns.model:
+        for track in ns.track:
+            results.append(measure(replace(base, model=model, track=track), log=lambda s: print(s, file=sys.stderr)))
+            if ns.json_out:  # write as we go: a long run keeps what it measured
+                with open(ns.json_out, "w") as f:
+                    json.dump(results, f, indent=1)
+    print(table(results))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="paczero bench", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
