@@ -182,11 +182,15 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
     from paczero.models import trainable_parameters
     from paczero.subsets import private_generator
-    from paczero.zo import Perturber, stability_clip, two_point_scalars
+    from paczero.distributed import follow, init_from_env
+    from paczero.zo import Perturber, stability_clip
 
     from paczero.models import check_model_source
 
     cfg = config.validate()
+    dp = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
+    if not dp.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
+        return follow(cfg, dp)
     check_model_source(cfg.model)
     run_dir = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume)
     if cfg.resume:
@@ -231,21 +235,24 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         public = {"step": step, "best": best, "zero_shot": zero_shot, "seconds": cum_time}
         save_checkpoint(run_dir, step, trainable_state(params), public, {"mechanism": mechanism.state_dict()})
 
+    dp.sync_weights(params)
     bar = _progress(cfg, start)
     stopped = False
     with _Stop() as stop, open(log_path, "a") as log_file:
         for step in range(start, cfg.steps):
             t0 = time.time()
             idx = mechanism.batch_indices(n)
+            dp.announce(step, idx)
             if idx is None:
                 batches, rows = full_batches, n
             else:
                 subset = [setup.universe[i] for i in idx]
                 batches, rows = (task.make_batches(subset, token_budget=cfg.token_budget) if subset else []), len(subset)
-            g, train_loss = two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
-                                              lambda b: task.losses(model, b), rows, device)
+            g, train_loss = dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
+                                                 lambda b: task.losses(model, b), rows, device)
             releases = mechanism.step(stability_clip(g, cfg.clip))
             lr = lr_at(cfg, step)
+            dp.publish([r.coef for r in releases], lr)
             perturber.apply_update(step, [r.coef for r in releases], lr, cfg.weight_decay)
             dt = time.time() - t0
             cum_time += dt
@@ -272,6 +279,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
                 stopped = True
                 log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
                 break
+    dp.stop()
     bar.close()
     if stopped:
         return {"stopped_at": done, "out_dir": str(run_dir)}

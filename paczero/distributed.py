@@ -1,0 +1,214 @@
+"""Data parallelism over the training universe with ``torch.distributed`` (launched by ``torchrun``).
+
+Every rank holds the whole model and regenerates the same public directions z
+from the public seed. At each step
+
+1. rank 0 asks the mechanism which examples to score and announces the step
+   (and the subsample, ``None`` for PAC's whole universe) to the others;
+2. the micro-batches are split between the ranks, balanced by token count
+   (:func:`shard_batches`); each rank computes the two-point scalars of its
+   share and :func:`gather_scalars` all-gathers them, so every rank holds the
+   full ``[K, N]`` array (N floats per direction: the only data exchanged);
+3. rank 0 alone runs the mechanism with the private generator and broadcasts
+   the release (the K coefficients and the learning rate);
+4. every rank applies the identical update.
+
+The other ranks never build a mechanism: no secret index, no private
+generator, no posterior exists outside rank 0 (:func:`follow` is their whole
+loop). Only rank 0 writes logs, checkpoints and the summary. A run is
+bit-identical to a single-process run with the same seeds when every rank
+computes with the same kernels as the single process (same device type and
+intra-op thread count: ``torchrun`` sets ``OMP_NUM_THREADS=1`` per rank on
+CPU), because each micro-batch is the very tensor the single process would
+score and the scalars are moved, never summed.
+
+Launch: ``torchrun --nproc-per-node 2 -m paczero.cli train ...`` (gloo on CPU,
+nccl on CUDA, one GPU per rank from ``LOCAL_RANK``). A single process is
+:class:`Single`, whose methods pass through.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as tdist
+
+#: how long a rank waits in a collective (rank 0 evaluates and checkpoints while the others wait)
+TIMEOUT = datetime.timedelta(hours=2)
+
+
+def init_from_env(device: str = "auto") -> "Single | DataParallel":
+    """The data-parallel context of this process, from torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``.
+
+    Reuses a process group that is already initialised; a world of one is :class:`Single`.
+    """
+    if tdist.is_available() and tdist.is_initialized():
+        return Single() if tdist.get_world_size() == 1 else DataParallel()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Single()
+    cuda = str(device).startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
+    tdist.init_process_group("nccl" if cuda else "gloo", timeout=TIMEOUT)
+    return DataParallel()
+
+
+def shard_plan(batches: Sequence, world: int) -> list[list[int]]:
+    """Batch positions per rank: longest-processing-time-first on ``num_tokens``, each list in batch order."""
+    order = sorted(range(len(batches)), key=lambda b: (-batches[b].num_tokens, b))
+    load, plan = [0] * world, [[] for _ in range(world)]
+    for b in order:
+        r = min(range(world), key=lambda r: (load[r], r))
+        plan[r].append(b)
+        load[r] += batches[b].num_tokens
+    return [sorted(p) for p in plan]
+
+
+def shard_batches(batches: Sequence, rank: int, world: int) -> list:
+    """The micro-batches rank ``rank`` of ``world`` scores (whole batches, balanced by token count)."""
+    return [batches[b] for b in shard_plan(batches, world)[rank]]
+
+
+def gather_scalars(g_local: np.ndarray, loss_local: Sequence[float], batches: Sequence, plan: list[list[int]],
+                   rank: int, device="cpu") -> tuple[np.ndarray, list[float]]:
+    """All-gather every rank's scalars into the full ``[K, n_rows]`` array on every rank.
+
+    ``g_local`` is ``[K, n_rows]`` with this rank's rows filled (rows of
+    ``batches[b].index`` for ``b`` in ``plan[rank]``); ``loss_local`` holds the
+    per-batch train-loss sums of this rank's batches, in plan order. Returns the
+    full array and the per-batch loss sums in global batch order. Each rank
+    sends ``K * rows + batches`` float64 values.
+    """
+    k = g_local.shape[0]
+    rows = [np.concatenate([batches[b].index for b in p]) if p else np.zeros(0, np.int64) for p in plan]
+    sizes = [k * len(r) + len(p) for r, p in zip(rows, plan)]
+    width = max(max(sizes), 1)
+    mine = np.zeros(width, dtype=np.float64)
+    mine[:k * len(rows[rank])] = g_local[:, rows[rank]].ravel()
+    mine[k * len(rows[rank]):sizes[rank]] = np.asarray(loss_local, dtype=np.float64)
+    send = torch.from_numpy(mine).to(device)
+    recv = [torch.empty_like(send) for _ in plan]
+    tdist.all_gather(recv, send)
+    g = np.zeros_like(g_local)
+    loss = [0.0] * len(batches)
+    for r, (buf, p) in enumerate(zip(recv, plan)):
+        values = buf.cpu().numpy()
+        n_r = len(rows[r])
+        g[:, rows[r]] = values[:k * n_r].reshape(k, n_r)
+        for b, s in zip(p, values[k * n_r:sizes[r]]):
+            loss[b] = float(s)
+    return g, loss
+
+
+class Single:
+    """One process: every method passes through (no communication)."""
+
+    rank, world, is_main = 0, 1, True
+
+    def sync_weights(self, params) -> None:
+        pass
+
+    def announce(self, step: int, idx) -> None:
+        pass
+
+    def publish(self, coefs: Sequence[float], lr: float) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def two_point_scalars(self, perturber, step: int, num_directions: int, mu: float, batches: Sequence,
+                          loss_fn: Callable, n_rows: int, device) -> tuple[np.ndarray, float]:
+        from paczero.zo import two_point_scalars
+
+        return two_point_scalars(perturber, step, num_directions, mu, batches, loss_fn, n_rows, device)
+
+
+class DataParallel(Single):
+    """A rank of an initialised process group (see the module docstring for the protocol)."""
+
+    def __init__(self):
+        self.rank, self.world = tdist.get_rank(), tdist.get_world_size()
+        self.is_main = self.rank == 0
+        self.comm_device = "cuda" if tdist.get_backend() == "nccl" else "cpu"
+
+    def _bcast(self, obj=None):
+        box = [obj]
+        tdist.broadcast_object_list(box, src=0, device=torch.device(self.comm_device) if self.comm_device == "cuda"
+                                    else None)
+        return box[0]
+
+    def sync_weights(self, params) -> None:
+        """Every rank starts from rank 0's trainable weights (fresh or resumed), bit for bit."""
+        for _, p in params:
+            buf = p.data.to(self.comm_device).contiguous()
+            tdist.broadcast(buf, src=0)
+            if not self.is_main:
+                p.data.copy_(buf.to(p.device))
+
+    def announce(self, step: int, idx) -> None:
+        """Rank 0: step ``step`` starts; ``idx`` is the mechanism's subsample (None: all of U)."""
+        self._bcast((int(step), None if idx is None else np.asarray(idx)))
+
+    def receive(self):
+        """Other ranks: ``(step, idx)`` of the next step, or None when rank 0 has stopped."""
+        return self._bcast()
+
+    def publish(self, coefs: Sequence[float], lr: float) -> None:
+        """Rank 0: the release of this step (public: the coefficients and the learning rate)."""
+        self._bcast(([float(c) for c in coefs], float(lr)))
+
+    def receive_release(self) -> tuple[list[float], float]:
+        return self._bcast()
+
+    def stop(self) -> None:
+        """Rank 0: no more steps (normal end or a stop request); the other ranks leave :func:`follow`."""
+        self._bcast(None)
+
+    def two_point_scalars(self, perturber, step: int, num_directions: int, mu: float, batches: Sequence,
+                          loss_fn: Callable, n_rows: int, device) -> tuple[np.ndarray, float]:
+        """:func:`paczero.zo.two_point_scalars` over this rank's share, gathered: same result on every rank."""
+        from paczero.zo import two_point_scalars
+
+        plan = shard_plan(batches, self.world)
+        sums: list[float] = []
+        g, _ = two_point_scalars(perturber, step, num_directions, mu, [batches[b] for b in plan[self.rank]],
+                                 loss_fn, n_rows, device, batch_losses=sums)
+        g, sums = gather_scalars(g, sums, batches, plan, self.rank, self.comm_device)
+        loss_sum = 0.0
+        for s in sums:  # the single process's order of summation: the train loss is bit-identical
+            loss_sum += s
+        return g, loss_sum / max(sum(len(b.index) for b in batches), 1)
+
+
+def follow(cfg, dp: DataParallel) -> dict:
+    """The loop of a rank other than 0: score its share, receive the release, update. Holds no secret."""
+    from paczero.models import trainable_parameters
+    from paczero.train import build
+    from paczero.zo import Perturber
+
+    setup = build(cfg)
+    model, task, device = setup.model, setup.task, setup.device
+    params = trainable_parameters(model, cfg.track)
+    perturber = Perturber(model, params, cfg.seed)
+    n = len(setup.universe)
+    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
+    dp.sync_weights(params)
+    steps = 0
+    while (msg := dp.receive()) is not None:
+        step, idx = msg
+        if idx is None:
+            batches, rows = full_batches, n
+        else:
+            subset = [setup.universe[i] for i in idx]
+            batches, rows = (task.make_batches(subset, token_budget=cfg.token_budget) if subset else []), len(subset)
+        dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
+                             lambda b: task.losses(model, b), rows, device)
+        coefs, lr = dp.receive_release()
+        perturber.apply_update(step, coefs, lr, cfg.weight_decay)
+        steps += 1
+    return {"rank": dp.rank, "steps": steps}
