@@ -104,9 +104,9 @@ def save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, priva
     root = run_dir / "checkpoints"
     root.mkdir(mode=0o700, exist_ok=True)
     final = root / f"step-{step:06d}"
+    for stale in root.glob(".tmp-step-*"):  # left by a write that was killed
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
     tmp.mkdir(mode=0o700)
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
     write_json(tmp / "public.json", public)

@@ -135,6 +135,17 @@ def build(cfg: TrainConfig, *, with_model: bool = True) -> Setup:
                  task.encode(train_ex), task.encode(dev_ex), task.encode(test_ex))
 
 
+def data_fingerprint(setup: Setup) -> str:
+    """sha256 of the examples of the three splits (public: it identifies the data, not S*)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for split in (setup.train, setup.dev, setup.test):
+        h.update(json.dumps(split, sort_keys=True, default=str).encode())
+        h.update(b"|")
+    return h.hexdigest()
+
+
 def evaluate(setup: Setup, enc: list) -> dict[str, float]:
     with torch.inference_mode():
         return {k: float(v) for k, v in setup.task.evaluate(setup.model, enc, token_budget=setup.cfg.token_budget).items()}
@@ -203,6 +214,11 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     setup = build(cfg)
     model, task, device = setup.model, setup.task, setup.device
     n = len(setup.universe)
+    fingerprint = data_fingerprint(setup)
+    if cfg.resume:
+        saved_fp = json.loads((run_dir / "run.json").read_text()).get("data_fingerprint")
+        if saved_fp != fingerprint:
+            raise ConfigError("cannot resume: the data (universe, dev or test examples) differ from the original run")
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed)
     found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
@@ -222,8 +238,8 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         truncate_jsonl(log_path, lambda r: r["step"] < start)
         truncate_jsonl(eval_path, lambda r: r["step"] <= start)
     else:
-        atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(),
-                                           "universe_size": n, "secret_source": secret_source(cfg)})
+        atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), "universe_size": n,
+                                           "data_fingerprint": fingerprint, "secret_source": secret_source(cfg)})
     log(f"paczero: {cfg.mechanism} on {cfg.task} ({n} examples, {cfg.track}, {cfg.model}); "
         f"{len(full_batches)} micro-batches; setup {time.time() - t_setup:.1f}s")
 

@@ -180,3 +180,15 @@ def test_cli_train_and_eval(tmp_path, capsys):
     assert main(["privacy", "--mi", "0.25", "--json"]) == 0
     p = json.loads(capsys.readouterr().out)
     assert abs(p["mia_bound"] - 0.84) < 0.01
+
+
+def test_resume_refuses_changed_data_at_the_same_path(tmp_path):
+    path = tmp_path / "d.jsonl"
+    rows = [{"sentence": f"sentence number {i} was {'fine' if i % 2 else 'poor'}", "label": i % 2} for i in range(40)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = TrainConfig(**{**TINY, "task": "sst2"}, data=str(path), out_dir=str(tmp_path / "r"))
+    train(cfg, log=_quiet)
+    rows[0]["sentence"] = "an edited sentence"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="data"):
+        train(cfg.replace(resume=True), log=_quiet)

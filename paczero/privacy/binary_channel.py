@@ -107,7 +107,9 @@ def _mi_scalar(q: float, sigma: float) -> float:
     q = min(q, 1.0 - q)  # I(q) = I(1 - q)
     if q == 0.0 or sigma == math.inf:
         return 0.0
-    if sigma == 0.0:
+    if sigma < 1e-3:
+        # h(q) minus a correction of order exp(-1 / (2 sigma^2)) < exp(-500000): zero in
+        # double precision (and sigma**2 would underflow below ~1e-154)
         return -q * math.log(q) - (1.0 - q) * math.log1p(-q)
     if sigma >= _SERIES_SIGMA:
         return _mi_series(q, sigma)
