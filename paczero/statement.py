@@ -42,8 +42,8 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
                          f"delta=1e-5)-DP gives the same MIA bound; this is not a DP guarantee.")
         lines.append(
             f"The guarantee is over the candidate-set distribution Unif{{S_1..S_{statement.get('num_subsets')}}} of "
-            f"{cfg.n_train}-example universe subsets (each example in half of them); unanimity steps: "
-            f"{statement.get('free_steps')} of {statement.get('steps')}.")
+            f"subsets of the {cfg.n_train}-example universe (each example in half of them); unanimity rate "
+            f"{statement.get('unanimity_rate', 0.0):.1%} of {statement.get('steps')} steps.")
     src = statement.get("secret_source", secret_source(cfg))
     if src != "os-entropy":
         lines.append(f"WARNING: secret randomness from a {src}.")

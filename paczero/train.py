@@ -289,7 +289,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or stop.requested:
                 checkpoint(done)
             bar.update(1)
-            bar.set_description(f"MI {mechanism.mi_spent:.3g} free {mechanism.free_steps / max(mechanism.steps, 1):.0%}",
+            bar.set_description(f"MI {mechanism.mi_spent or 0:.3g} unanimity {record['unanimity'] or 0:.0%}",
                                 refresh=False)
             if stop.requested and done < cfg.steps:
                 stopped = True
@@ -380,7 +380,8 @@ def _step_record(step, releases, mechanism, lr, train_loss, seconds, rows) -> di
         "beta": sum(r.beta for r in releases),
         "mi_step": sum(r.mi for r in releases),
         "cum_mi": mechanism.mi_spent,
-        "free_frac": mechanism.free_steps / max(mechanism.steps, 1),
+        "free_frac": mechanism.free_steps / max(mechanism.steps, 1),  # steps charged no MI
+        "unanimity": getattr(mechanism, "unanimity_rate", None),       # the paper's f (PAC mechanisms)
         "lr": lr,
         "train_loss": train_loss,
         "rows": rows,
