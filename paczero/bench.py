@@ -235,8 +235,10 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         res["memory_ratio"] = res["memory"]["train"]["peak_bytes"] / res["memory"]["inference"]["peak_bytes"]
         log(f"  memory  train/inference peak {res['memory_ratio']:.3f}")
     if cfg.world > 1:
+        # both sides spawned the same way: world 1 with all the threads, world W with threads / W each
         res["dp"] = dp_step_time(cfg, cfg.world)
-        res["dp"]["speedup"] = res["step_s"] / res["dp"]["step_s"]
+        res["dp"]["single"] = dp_step_time(cfg, 1)
+        res["dp"]["speedup"] = res["dp"]["single"]["step_s"] / res["dp"]["step_s"]
         log(f"  data parallel x{cfg.world}: step {res['dp']['step_s']:.4f}s, speedup {res['dp']['speedup']:.2f}")
     return res
 
@@ -297,7 +299,7 @@ def _dp_child(rank: int, world: int, port: int, cfg_dict: dict, queue) -> None:
 
     from paczero.distributed import DataParallel
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(cfg_dict["threads"]))
     cfg = BenchConfig(**cfg_dict)
     cuda = str(cfg.device).startswith("cuda")
     if cuda:
