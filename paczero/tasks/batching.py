@@ -143,8 +143,10 @@ def plan_batches(
     """Group example positions into micro-batches by a token budget.
 
     Examples are sorted by length (longest first, ties by position) and added to
-    the current group while ``rows * longest <= token_budget``; every group has
-    at least one example. Returns the groups as int64 position arrays.
+    the current group while ``rows * longest <= token_budget`` and the example
+    is at most ``max(2, 10%)`` tokens shorter than the group's longest, so that
+    padding stays near zero; every group has at least one example. Returns the
+    groups as int64 position arrays.
     """
     if token_budget < 1:
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
@@ -161,8 +163,12 @@ def plan_batches(
     while start < len(order):
         longest = max(int(lengths[order[start]]), 1)
         per_group = max(token_budget // (longest * rows_per_example), 1)
-        groups.append(order[start:start + per_group])
-        start += per_group
+        shortest_ok = longest - max(2, longest // 10)
+        end = start + 1
+        while end < len(order) and end - start < per_group and lengths[order[end]] >= shortest_ok:
+            end += 1
+        groups.append(order[start:end])
+        start = end
     return groups
 
 
