@@ -147,6 +147,10 @@ def test_batches_respect_budget_and_move(tokenizer):
     assert moved is not batches[0] and torch.equal(moved.input_ids, batches[0].input_ids)
     # one oversized example still gets a batch of its own
     assert len(task.make_batches(enc, token_budget=1)) == len(enc)
+    # padding is capped: within a micro-batch no example is much shorter than the longest
+    for b in task.make_batches(enc, token_budget=10_000):
+        lengths = b.attention_mask.sum(1)
+        assert int(lengths.max() - lengths.min()) <= max(2, int(0.1 * int(lengths.max())))
 
 
 # -- classification -------------------------------------------------------------------
@@ -187,7 +191,7 @@ def test_losses_fp32_under_bf16_and_hooks_fire(tokenizer):
     calls = []
     model.model.layers[0].register_forward_hook(lambda *args: calls.append(1))
     task = build_task("sst2", tokenizer)
-    batch = task.make_batches(task.encode(EXAMPLES))[0]
+    batch = task.make_batches(task.encode(EXAMPLES), max_padding=None)[0]
     with torch.inference_mode():
         losses = task.losses(model, batch)
     assert losses.dtype == torch.float32 and losses.shape == (len(EXAMPLES),)
@@ -279,16 +283,16 @@ def test_squad_padded_generation_matches_one_at_a_time(tokenizer, kind):
     model = tiny_model(kind, len(tokenizer))
     task = build_task("squad", tokenizer, objective="f1", max_new_tokens=5)
     enc = task.encode(QA)
-    (batch,) = task.make_batches(enc, token_budget=10_000)
+    (batch,) = task.make_batches(enc, token_budget=10_000, max_padding=None)
     assert batch.targets is None and batch.input_ids.shape[0] == 3
     together = task.generate(model, batch)
-    alone = [task.generate(model, task.make_batches(enc, 10_000, [i])[0])[0] for i in batch.index]
+    alone = [task.generate(model, task.make_batches(enc, 10_000, [i], max_padding=None)[0])[0] for i in batch.index]
     assert together == alone
 
 
 def test_squad_generation_stops_at_newline(tokenizer, llama):
     task = build_task("squad", tokenizer, objective="f1", max_new_tokens=6)
-    (batch,) = task.make_batches(task.encode(QA), token_budget=10_000)
+    (batch,) = task.make_batches(task.encode(QA), token_budget=10_000, max_padding=None)
     calls = []
     hook = llama.register_forward_hook(lambda *args: calls.append(1))
     try:
@@ -321,7 +325,7 @@ class ScriptedGenerator(torch.nn.Module):
 
 def test_squad_f1_objective_and_evaluate_read_the_first_line(tokenizer, llama):
     task = build_task("squad", tokenizer, objective="f1")
-    (batch,) = task.make_batches(task.encode(QA), token_budget=10_000)
+    (batch,) = task.make_batches(task.encode(QA), token_budget=10_000, max_padding=None)
     scripted = ScriptedGenerator(tokenizer, " Paris\nQuestion: July 1969")
     with torch.inference_mode():
         losses = task.losses(scripted, batch)
@@ -347,6 +351,6 @@ def test_lora_wrapped_model_runs_both_tasks(tokenizer):
     want = all_losses(cls, base, EXAMPLES)
     peft_model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
     torch.testing.assert_close(all_losses(cls, peft_model, EXAMPLES), want)  # LoRA B starts at zero
-    (batch,) = qa.make_batches(qa.encode(QA), token_budget=10_000)
+    (batch,) = qa.make_batches(qa.encode(QA), token_budget=10_000, max_padding=None)
     with torch.inference_mode():
         assert qa.losses(peft_model, batch).shape == (3,)

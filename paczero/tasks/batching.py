@@ -139,14 +139,16 @@ def plan_batches(
     token_budget: int,
     rows_per_example: int = 1,
     indices: Sequence[int] | None = None,
+    max_padding: float | None = 0.1,
 ) -> list[np.ndarray]:
     """Group example positions into micro-batches by a token budget.
 
     Examples are sorted by length (longest first, ties by position) and added to
     the current group while ``rows * longest <= token_budget`` and the example
-    is at most ``max(2, 10%)`` tokens shorter than the group's longest, so that
-    padding stays near zero; every group has at least one example. Returns the
-    groups as int64 position arrays.
+    is at most ``max(2, max_padding * longest)`` tokens shorter than the group's
+    longest, so that padding stays near zero (``max_padding=None``: fill up to the
+    budget whatever the padding); every group has at least one example. Returns
+    the groups as int64 position arrays.
     """
     if token_budget < 1:
         raise ValueError(f"token_budget must be >= 1, got {token_budget}")
@@ -163,7 +165,7 @@ def plan_batches(
     while start < len(order):
         longest = max(int(lengths[order[start]]), 1)
         per_group = max(token_budget // (longest * rows_per_example), 1)
-        shortest_ok = longest - max(2, longest // 10)
+        shortest_ok = 0 if max_padding is None else longest - max(2, int(max_padding * longest))
         end = start + 1
         while end < len(order) and end - start < per_group and lengths[order[end]] >= shortest_ok:
             end += 1

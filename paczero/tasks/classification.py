@@ -124,14 +124,15 @@ class ClassificationTask:
             for ids, label in zip(tokenize(self.tokenizer, prompts), labels)
         ]
 
-    def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None) -> list[Batch]:
+    def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None,
+                     max_padding: float | None = 0.1) -> list[Batch]:
         """Left-padded micro-batches of at most ``token_budget`` padded tokens (>= 1 example)."""
         if self.single_token:
             lengths = [len(e.prompt_ids) for e in enc]
-            groups = plan_batches(lengths, token_budget, 1, indices)
+            groups = plan_batches(lengths, token_budget, 1, indices, max_padding)
             return [self._single_batch(enc, g) for g in groups]
         lengths = [len(e.prompt_ids) + self.max_option_len - 1 for e in enc]
-        groups = plan_batches(lengths, token_budget, self.num_classes, indices)
+        groups = plan_batches(lengths, token_budget, self.num_classes, indices, max_padding)
         return [self._candidate_batch(enc, g) for g in groups]
 
     def _single_batch(self, enc, group) -> Batch:

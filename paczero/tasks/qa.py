@@ -151,16 +151,17 @@ class SquadTask:
             ))
         return encoded
 
-    def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None) -> list[Batch]:
+    def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None,
+                     max_padding: float | None = 0.1) -> list[Batch]:
         """Micro-batches for the training objective (teacher-forced rows or generation prompts)."""
         if self.objective == "nll":
-            return self._nll_batches(enc, token_budget, indices)
-        return self._generation_batches(enc, token_budget, indices)
+            return self._nll_batches(enc, token_budget, indices, max_padding)
+        return self._generation_batches(enc, token_budget, indices, max_padding)
 
-    def _nll_batches(self, enc, token_budget, indices=None) -> list[Batch]:
+    def _nll_batches(self, enc, token_budget, indices=None, max_padding=0.1) -> list[Batch]:
         lengths = [len(e.prompt_ids) + len(e.target_ids) - 1 for e in enc]
         batches = []
-        for group in plan_batches(lengths, token_budget, 1, indices):
+        for group in plan_batches(lengths, token_budget, 1, indices, max_padding):
             rows = [list(enc[i].prompt_ids) + list(enc[i].target_ids[:-1]) for i in group]
             ids, mask, pos = left_pad(rows, self.pad_id)
             tgt, tgt_mask = right_align([enc[i].target_ids for i in group])
@@ -170,10 +171,10 @@ class SquadTask:
             ))
         return batches
 
-    def _generation_batches(self, enc, token_budget, indices=None) -> list[Batch]:
+    def _generation_batches(self, enc, token_budget, indices=None, max_padding=0.1) -> list[Batch]:
         lengths = [len(e.prompt_ids) + self.max_new_tokens for e in enc]
         batches = []
-        for group in plan_batches(lengths, token_budget, 1, indices):
+        for group in plan_batches(lengths, token_budget, 1, indices, max_padding):
             ids, mask, pos = left_pad([enc[i].prompt_ids for i in group], self.pad_id)
             batches.append(Batch(
                 index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
