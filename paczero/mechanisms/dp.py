@@ -23,6 +23,8 @@ Paper settings (Table dp-cliff, SST-2 OPT-1.3B FT; epsilon in
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 import math
 from typing import Any
 
@@ -112,14 +114,17 @@ class _PoissonGaussianMechanism(Mechanism):
     #: state keys a subclass adds to state_dict (checked present before anything is loaded)
     _extra_state_keys: tuple[str, ...] = ()
 
+    @abstractmethod
     def _calibrate(self) -> float:
-        raise NotImplementedError
+        """The Gaussian noise multiplier for the target (epsilon, delta)."""
 
+    @abstractmethod
     def _denominator(self) -> float:
-        raise NotImplementedError
+        """What the noisy sum is divided by (the expected batch size)."""
 
+    @abstractmethod
     def _epsilon(self, steps: int, accountant: str) -> float:
-        raise NotImplementedError
+        """Epsilon after ``steps`` steps under ``accountant``."""
 
     def _load_extra_state(self, state: dict[str, Any]) -> dict[str, Any]:
         """Validate the subclass's ``_extra_state_keys``; return the attributes to set."""

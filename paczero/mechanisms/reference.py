@@ -17,6 +17,8 @@ seeded like the private one so that runs are reproducible with ``seed=``.
 """
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from typing import Any
 
 import numpy as np
@@ -77,8 +79,9 @@ class _Reference(Mechanism):
                              f"N={self.design.shape[1]} columns")
         return g
 
+    @abstractmethod
     def _one(self, g: np.ndarray) -> Release:
-        raise NotImplementedError
+        """The release of one direction from its per-sample scalars."""
 
     def step(self, scalars: np.ndarray) -> list[Release]:
         g = self._scalars(scalars)
