@@ -272,6 +272,9 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
             perturber.apply_update(step, [r.coef for r in releases], lr, cfg.weight_decay)
             dt = time.time() - t0
             cum_time += dt
+            if idx is not None and cfg.mechanism in ("dpzero", "dp-aggzo"):
+                # a Poisson-sampled batch is private: its size and its loss are not in the DP analysis
+                train_loss, rows = None, None
             record = _step_record(step, releases, mechanism, lr, train_loss, dt, rows)
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
