@@ -28,7 +28,9 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
         values.update(resume=False, overwrite=False)
         cfg = TrainConfig.from_dict(values).validate()
     else:
-        cfg = TrainConfig.from_dict({"model": target, "track": "ft", **overrides}).validate()
+        # a plain model: no training universe is needed, only dev/test (dev 100 unless --n-dev says otherwise)
+        cfg = TrainConfig.from_dict({"model": target, "track": "ft", "n_train": 2, "n_dev": 100,
+                                     "eval_zero_shot": False, **overrides}).validate()
     setup = build(cfg)
     source = "base model (zero-shot)"
     if run:

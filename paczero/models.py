@@ -64,6 +64,11 @@ def check_model_source(name: str) -> None:
         raise ValueError(f"model path {name!r} does not exist")
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else e.__class__.__name__
+
+
 def _looks_like_hub_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(parts) and not Path(name).exists()
@@ -134,10 +139,14 @@ def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
     name = canonical_name(name)
+    check_model_source(name)
     if name in (SMOLLM2, *TINY_MODELS):
         tok = AutoTokenizer.from_pretrained(_smollm2_cached("tokenizer"))
     else:
-        tok = AutoTokenizer.from_pretrained(os.path.expanduser(name))
+        try:
+            tok = AutoTokenizer.from_pretrained(os.path.expanduser(name))
+        except OSError as e:  # no such hub repo, no network, no tokenizer files
+            raise ValueError(f"cannot load the tokenizer of {name!r}: {_first_line(e)}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -203,7 +212,10 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(_smollm2_cached("model"), dtype=torch_dtype)
     else:
         extra = {"device_map": device_map} if device_map else {}
-        model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), dtype=torch_dtype, **extra)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), dtype=torch_dtype, **extra)
+        except OSError as e:
+            raise ValueError(f"cannot load model {name!r}: {_first_line(e)}") from None
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     model.requires_grad_(False)

@@ -194,3 +194,10 @@ def test_resume_refuses_changed_data_at_the_same_path(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(ConfigError, match="data"):
         train(cfg.replace(resume=True), log=_quiet)
+
+
+def test_unloadable_hub_model_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["eval", "no-such-org/no-such-model"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-org/no-such-model" in err[0]
