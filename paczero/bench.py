@@ -92,8 +92,18 @@ class Harness:
         if n not in self.data:
             pool, _, _ = load_splits(self.cfg.task, n_train=None, n_dev=0, n_test=0, seed=self.cfg.seed)
             universe = self.task.encode([pool[i % len(pool)] for i in range(n)])
-            self.data[n] = universe, self.task.make_batches(universe, token_budget=self.cfg.token_budget)
+            self.data[n] = universe, self.task.make_batches(universe, token_budget=self.cfg.token_budget,
+                                                            max_padding=self.padding_cap())
         return self.data[n]
+
+    def padding_cap(self) -> float | None:
+        """The loop's micro-batch padding cap (see paczero.zo.padding_cap)."""
+        from paczero.models import trainable_parameters
+        from paczero.zo import Perturber, padding_cap
+
+        if self.perturber is None:
+            self.perturber = Perturber(self.model, trainable_parameters(self.model, self.cfg.track), self.cfg.seed)
+        return padding_cap(self.perturber, self.cfg.device)
 
     def sync(self) -> None:
         import torch
@@ -148,7 +158,8 @@ class Harness:
             batches, rows = full_batches, n
             if idx is not None:
                 subset = [universe[i] for i in idx]
-                batches, rows = self.task.make_batches(subset, token_budget=c.token_budget), len(subset)
+                batches = self.task.make_batches(subset, token_budget=c.token_budget, max_padding=self.padding_cap())
+                rows = len(subset)
             g, _ = dp.two_point_scalars(self.perturber, step, c.num_directions, c.mu, batches,
                                         lambda b: self.task.losses(self.model, b), rows, c.device)
             t1 = time.perf_counter()

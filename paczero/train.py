@@ -194,7 +194,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     from paczero.models import trainable_parameters
     from paczero.subsets import private_generator
     from paczero.distributed import follow, init_from_env
-    from paczero.zo import Perturber, stability_clip
+    from paczero.zo import Perturber, padding_cap, stability_clip
 
     from paczero.models import check_model_source
 
@@ -224,7 +224,8 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
     saved_design = found[3]["mechanism"].get("design") if found else None
     mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design)
-    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
+    cap = padding_cap(perturber, device)
+    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget, max_padding=cap)
     log_path, eval_path = run_dir / "log.jsonl", run_dir / "evals.jsonl"
 
     start, best, zero_shot, cum_time = 0, None, None, 0.0
@@ -263,7 +264,8 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
                 batches, rows = full_batches, n
             else:
                 subset = [setup.universe[i] for i in idx]
-                batches, rows = (task.make_batches(subset, token_budget=cfg.token_budget) if subset else []), len(subset)
+                batches = task.make_batches(subset, token_budget=cfg.token_budget, max_padding=cap) if subset else []
+                rows = len(subset)
             g, train_loss = dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
                                                  lambda b: task.losses(model, b), rows, device)
             releases = mechanism.step(stability_clip(g, cfg.clip))

@@ -40,6 +40,10 @@ def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
     return int(ss.generate_state(1, dtype=np.uint64)[0] & np.uint64(0x7FFFFFFFFFFFFFFF))
 
 
+#: trainable sets up to this many values (LoRA, tiny models) cache z for the step
+DEFAULT_CACHE_LIMIT = 1 << 24
+
+
 class Perturber:
     """Owns the trainable parameters' perturbation and update for one model.
 
@@ -50,7 +54,7 @@ class Perturber:
     """
 
     def __init__(self, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
-                 public_seed: int, *, cache_limit: int = 1 << 24):
+                 public_seed: int, *, cache_limit: int = DEFAULT_CACHE_LIMIT):
         self.model = model
         self.params = [p for _, p in params]
         self.names = [n for n, _ in params]
@@ -241,6 +245,22 @@ def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: 
                 if batch_losses is not None:
                     batch_losses.append(batch_sum)
     return g, loss_sum / max(count, 1)
+
+
+def padding_cap(perturber: "Perturber | Sequence[tuple[str, torch.nn.Parameter]]", device) -> float | None:
+    """The micro-batch padding cap (``max_padding`` of ``task.make_batches``) for the ZO step.
+
+    Micro-batches normally close before padding exceeds 10 %. Full fine-tuning on
+    CPU is the exception: it regenerates z at every module call of every
+    micro-batch (no z is stored), and on CPU that costs more than padding, so
+    there micro-batches are filled to the token budget instead. Takes the
+    Perturber, or the trainable (name, parameter) list it would be built from.
+    """
+    cached = perturber.cache if isinstance(perturber, Perturber) else \
+        sum(p.numel() for _, p in perturber) <= DEFAULT_CACHE_LIMIT
+    if not cached and str(device).startswith("cpu"):
+        return None
+    return 0.1
 
 
 def stability_clip(g: np.ndarray, c: float | None) -> np.ndarray:
