@@ -188,7 +188,7 @@ class DataParallel(Single):
 def follow(cfg, dp: DataParallel) -> dict:
     """The loop of a rank other than 0: score its share, receive the release, update. Holds no secret."""
     from paczero.models import trainable_parameters
-    from paczero.train import build
+    from paczero.train import build, step_batches
     from paczero.zo import Perturber, padding_cap
 
     setup = build(cfg)
@@ -196,18 +196,12 @@ def follow(cfg, dp: DataParallel) -> dict:
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed)
     cap = padding_cap(perturber, device)
-    n = len(setup.universe)
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget, max_padding=cap)
     dp.sync_weights(params)
     steps = 0
     while (msg := dp.receive()) is not None:
         step, idx = msg
-        if idx is None:
-            batches, rows = full_batches, n
-        else:
-            subset = [setup.universe[i] for i in idx]
-            batches = task.make_batches(subset, token_budget=cfg.token_budget, max_padding=cap) if subset else []
-            rows = len(subset)
+        batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget, cap)
         dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
                              lambda b: task.losses(model, b), rows, device)
         coefs, lr = dp.receive_release()

@@ -146,6 +146,16 @@ def data_fingerprint(setup: Setup) -> str:
     return h.hexdigest()
 
 
+def step_batches(task, universe: list, full_batches: list, idx, token_budget: int, cap) -> tuple[list, int]:
+    """The micro-batches a step scores and their row count: the prebuilt ones for the whole
+    universe (``idx is None``), else those of the mechanism's subsample (possibly empty)."""
+    if idx is None:
+        return full_batches, len(universe)
+    subset = [universe[i] for i in idx]
+    batches = task.make_batches(subset, token_budget=token_budget, max_padding=cap) if subset else []
+    return batches, len(subset)
+
+
 def evaluate(setup: Setup, enc: list) -> dict[str, float]:
     with torch.inference_mode():
         return {k: float(v) for k, v in setup.task.evaluate(setup.model, enc, token_budget=setup.cfg.token_budget).items()}
@@ -260,12 +270,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
             t0 = time.time()
             idx = mechanism.batch_indices(n)
             dp.announce(step, idx)
-            if idx is None:
-                batches, rows = full_batches, n
-            else:
-                subset = [setup.universe[i] for i in idx]
-                batches = task.make_batches(subset, token_budget=cfg.token_budget, max_padding=cap) if subset else []
-                rows = len(subset)
+            batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget, cap)
             g, train_loss = dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
                                                  lambda b: task.losses(model, b), rows, device)
             releases = mechanism.step(stability_clip(g, cfg.clip))
