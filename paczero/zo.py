@@ -1,88 +1,247 @@
 """The zeroth-order step: public directions, exact perturbation, per-sample scalars, update.
 
 Algorithm 1, lines 1-5 and 15 of the paper. The direction z_t ~ N(0, I_d) is
-public: it is regenerated per parameter from a seed that depends only on the
-public seed, the step, the direction index k and the parameter's position, so
-it is never stored for full fine-tuning (MeZO's trick) and every rank of a
-data-parallel run regenerates the same z.
+public and never stored for full fine-tuning (MeZO's trick): it is regenerated
+from seeds that depend only on the public seed, the step, the direction index
+k and the parameter's position, so every rank of a data-parallel run
+regenerates the same z.
+
+How z is defined. For trainable parameter i, z is the concatenation along the
+parameter's first dimension of independent *chunks* of whole rows, about
+``chunk_values(device)`` values each (2^14 on CPU, 2^24 on accelerators);
+chunk c is ``torch.randn`` from a generator seeded with
+``chunk_seeds(direction_seed(seed, step, k, i))[c]``. Chunks let CPU threads
+fill one direction in parallel, let an embedding draw only the rows a batch
+looks up, and let a large LM head be perturbed block by block, so no
+full-size copy of it ever exists. (The chunk size depends on the device type,
+as torch's generators already do: a run resumed on another kind of device
+continues with other, equally public, directions.)
 
 Exact restoration. MeZO perturbs in place (+mu z, -2 mu z, +mu z) and, in
 fp16/bf16, the weights drift from their original values. Here the original
-parameter tensors are never modified during the two-point evaluation: a
-forward pre-hook on each module that owns trainable parameters swaps in the
-perturbed tensor ``theta +/- mu z`` for that module's call only, and a forward
-hook swaps the original back. Only one module's perturbed weights exist at a
-time (a tied weight, such as an embedding shared with the LM head, is
-perturbed once per forward and dropped after its last owner), so memory stays
-at the inference level; restoration is bit-exact by construction.
+parameter tensors are never modified during the two-point evaluation: the
+perturbed value ``theta +/- mu z`` (computed as ``fl(fl(z * s) + theta)``, then
+rounded to the parameter's dtype) is swapped in for one module call and the
+original is swapped back, so restoration is bit-exact by construction.
 
-Small trainable sets (LoRA, tiny models: at most ``cache_limit`` values) take
-a faster path with the same arithmetic: z is cached for the step (and reused
-by the update) and the perturbed tensors are swapped in once per
-``perturbed`` block instead of at every module call. Large sets (full
-fine-tuning) regenerate z at each module call, so no z is ever stored.
-:func:`two_point_scalars` runs every micro-batch under one block per
-direction and sign, so the per-pass perturbation cost is paid once, not per
-micro-batch, on the fast path.
+Three evaluation paths, one arithmetic:
+
+* cached (LoRA, tiny models: at most ``cache_limit`` trainable values that are
+  at most a tenth of the model): z is cached for the step and reused by the
+  update; the perturbed tensors are swapped in once per ± block;
+* paired (full fine-tuning): the micro-batch is doubled, ``[b; b]``, and every
+  module that owns trainable parameters evaluates the first half at
+  ``theta + mu z`` and the second at ``theta - mu z`` from *one* regeneration
+  of its z, so the + and - passes cost one z instead of two. Modules are
+  row-separable (Linear, Embedding, LayerNorm/RMSNorm, GPT-2's Conv1D); an
+  embedding larger than ``big_values`` draws only the looked-up rows of z and
+  a larger Linear (the tied LM head) is evaluated in blocks of output rows;
+* sequential hooks (any other module type): a forward pre-hook swaps in the
+  perturbed tensor for that module's call and a forward hook swaps the
+  original back; one ± block per sign.
 """
+
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 
 def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
-    """The torch seed of direction k of step `step` for trainable parameter `index` (public)."""
+    """The base seed of direction k of step `step` for trainable parameter `index` (public)."""
     ss = np.random.SeedSequence([int(public_seed) & 0xFFFFFFFF, int(step), int(k), int(index), 0x7A0])
     return int(ss.generate_state(1, dtype=np.uint64)[0] & np.uint64(0x7FFFFFFFFFFFFFFF))
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def chunk_seeds(base_seed: int, n_chunks: int) -> np.ndarray:
+    """The torch seeds of a direction's chunks: splitmix64 of ``base + (c + 1) * golden`` (public)."""
+    with np.errstate(over="ignore"):
+        x = np.uint64(base_seed) + (np.arange(1, n_chunks + 1, dtype=np.uint64) * _GOLDEN)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = x ^ (x >> np.uint64(31))
+    return x & np.uint64(0x7FFFFFFFFFFFFFFF)
+
+
+def chunk_values(device) -> int:
+    """Values per direction chunk on ``device``: small on CPU (threads, row gathers), large elsewhere."""
+    return 1 << 14 if torch.device(device).type == "cpu" else 1 << 24
+
+
 #: trainable sets up to this many values (LoRA, tiny models) cache z for the step
 DEFAULT_CACHE_LIMIT = 1 << 24
+#: trainable tensors above this many values are never materialised whole in the paired path
+DEFAULT_BIG_VALUES = 1 << 22
+#: values per block of a big Linear's output rows in the paired path
+_BLOCK_VALUES = 1 << 20
+
+_ROW_SEPARABLE = (torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm)
+
+
+def _row_separable(module: torch.nn.Module) -> bool:
+    """Modules whose output row r depends only on input row r (safe for the doubled batch)."""
+    name = type(module).__name__
+    return isinstance(module, _ROW_SEPARABLE) or name.endswith("RMSNorm") or name.endswith("LayerNorm") \
+        or name == "Conv1D"
+
+
+class _Layout:
+    """How a parameter's direction splits into chunks of whole rows of its first dimension."""
+
+    __slots__ = ("shape", "rows", "row", "per_chunk", "n_chunks")
+
+    def __init__(self, shape: torch.Size, chunk: int):
+        self.shape = tuple(shape)
+        self.rows = self.shape[0] if self.shape else 1
+        numel = int(np.prod(self.shape)) if self.shape else 1
+        self.row = numel // self.rows if self.rows else 1
+        self.per_chunk = max(1, chunk // max(self.row, 1))
+        self.n_chunks = max(1, -(-self.rows // self.per_chunk))
+
+    def chunk_rows(self, c: int) -> tuple[int, int]:
+        return c * self.per_chunk, min((c + 1) * self.per_chunk, self.rows)
+
+
+class _Pool:
+    """Worker threads that fill chunks in parallel (torch releases the GIL); one generator per thread."""
+
+    def __init__(self):
+        self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
+        self._workers = 0
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        gens = getattr(self._local, "gens", None)
+        if gens is None:
+            gens = self._local.gens = {}
+        g = gens.get(device)
+        if g is None:
+            g = gens[device] = torch.Generator(device=device)
+        return g
+
+    def run(self, fn: Callable[[int, int], None], n: int, device: torch.device, min_per_task: int = 4) -> None:
+        """Call ``fn(lo, hi)`` over a partition of range(n): in parallel on CPU, inline elsewhere."""
+        workers = 1
+        if device.type == "cpu":
+            workers = max(1, min(torch.get_num_threads(), os.cpu_count() or 1, n // min_per_task))
+        if workers <= 1:
+            fn(0, n)
+            return
+        if self._pool is None or self._workers < workers:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="paczero-z")
+            self._workers = workers
+        bounds = [n * w // workers for w in range(workers + 1)]
+        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
+        def task(lo: int, hi: int) -> None:  # the caller's autograd modes are thread-local
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                fn(lo, hi)
+
+        futures = [self._pool.submit(task, bounds[w], bounds[w + 1]) for w in range(1, workers)]
+        fn(bounds[0], bounds[1])
+        for f in futures:
+            f.result()
+
+
+_POOL = _Pool()
 
 
 class Perturber:
     """Owns the trainable parameters' perturbation and update for one model.
 
     ``params`` is the ordered list of (name, parameter) that is trained
-    (see :func:`paczero.models.trainable_parameters`). When their total size
-    is at most ``cache_limit`` values, directions are cached for the step and
-    perturbation is whole-block (no hooks); otherwise per-module hooks.
+    (see :func:`paczero.models.trainable_parameters`). ``cache_limit``: None
+    (default) caches z for the step when the trainable set has at most
+    ``DEFAULT_CACHE_LIMIT`` values and at most a tenth of the model's (LoRA);
+    an int caches whenever the set has at most that many values.
     """
 
     def __init__(self, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
-                 public_seed: int, *, cache_limit: int = DEFAULT_CACHE_LIMIT):
+                 public_seed: int, *, cache_limit: int | None = None, big_values: int = DEFAULT_BIG_VALUES):
         self.model = model
         self.params = [p for _, p in params]
         self.names = [n for n, _ in params]
         self.public_seed = int(public_seed)
         self.numel = sum(p.numel() for p in self.params)
-        self.cache = self.numel <= cache_limit
+        if cache_limit is None:
+            total = sum(p.numel() for p in model.parameters())
+            self.cache = self.numel <= DEFAULT_CACHE_LIMIT and self.numel * 10 <= total
+        else:
+            self.cache = self.numel <= cache_limit
+        self.big_values = int(big_values)
         self._index = {id(p): i for i, p in enumerate(self.params)}
+        self._layouts = [_Layout(p.shape, chunk_values(p.device)) for p in self.params]
         self._active: tuple[int, int, float] | None = None  # (step, k, signed mu)
         self._z_cache: dict[tuple[int, int, int], torch.Tensor] = {}
-        self._seeds: dict[tuple[int, int, int], int] = {}
-        self._gens: dict[torch.device, torch.Generator] = {}
+        self._seeds: dict[tuple[int, int, int], np.ndarray] = {}
         self._saved: dict[int, tuple] = {}
         self._live: dict[int, list] = {}  # tied weights: id(p) -> [perturbed tensor, owner calls left]
         self._owners: dict[int, int] = {}
+        self._owner_modules: list[tuple[torch.nn.Module, list[torch.nn.Parameter]]] = []
+        self._pair: tuple[int, int, float] | None = None
         self._handles = []
-        owners: dict[int, torch.nn.Module] = {}
         for module in model.modules():
             own = [p for p in module.parameters(recurse=False) if id(p) in self._index]
             if own:
-                owners[id(module)] = module
+                self._owner_modules.append((module, own))
                 for p in own:
                     self._owners[id(p)] = self._owners.get(id(p), 0) + 1
                 if not self.cache:
                     self._handles.append(module.register_forward_pre_hook(self._make_pre(own)))
                     self._handles.append(module.register_forward_hook(self._make_post(own)))
-        self.n_owners = len(owners)
+        self.n_owners = len(self._owner_modules)
+        self.pairable = not self.cache and all(_row_separable(m) for m, _ in self._owner_modules)
 
     # -- directions -----------------------------------------------------
+    def _chunk_seeds(self, key: tuple[int, int, int]) -> np.ndarray:
+        seeds = self._seeds.get(key)
+        if seeds is None:
+            if len(self._seeds) > 4096:
+                self._seeds.clear()
+            seeds = self._seeds[key] = chunk_seeds(direction_seed(self.public_seed, *key),
+                                                   self._layouts[key[2]].n_chunks)
+        return seeds
+
+    def _fill(self, key: tuple[int, int, int], out: torch.Tensor, first: int, last: int,
+              scale: float | None = None, base: torch.Tensor | None = None) -> None:
+        """Write z's chunks ``first..last-1`` (whole rows, from the chunks' first row) into fp32 ``out``.
+
+        With ``scale`` and ``base``: ``out = fl(fl(z * scale) + base)`` chunk by chunk, base given
+        over the same rows (the perturbed value, computed while the chunk is in cache).
+        """
+        lay = self._layouts[key[2]]
+        seeds = self._chunk_seeds(key)
+        flat = out.view(-1, lay.row) if lay.shape else out.view(1, 1)
+        flat_base = None
+        if base is not None:
+            flat_base = base.reshape(-1, lay.row) if lay.shape else base.reshape(1, 1)
+        r0 = lay.chunk_rows(first)[0]
+        device = out.device
+
+        def work(lo: int, hi: int) -> None:
+            gen = _POOL.generator(device)
+            for c in range(first + lo, first + hi):
+                a, b = lay.chunk_rows(c)
+                t = flat[a - r0:b - r0]
+                gen.manual_seed(int(seeds[c]))
+                t.normal_(generator=gen)
+                if flat_base is not None:
+                    t.mul_(scale).add_(flat_base[a - r0:b - r0])
+
+        _POOL.run(work, last - first, device)
+
     def direction(self, step: int, k: int, i: int) -> torch.Tensor:
         """z for parameter i (fp32, on the parameter's device). Cached: do not modify it."""
         key = (step, k, i)
@@ -92,36 +251,51 @@ class Perturber:
                 return z
             if self._z_cache and next(iter(self._z_cache))[0] != step:
                 self._z_cache.clear()  # a new step: the previous step's directions are done
-        return self._generate(key, self.cache)
-
-    def _generate(self, key: tuple[int, int, int], keep: bool) -> torch.Tensor:
-        p = self.params[key[2]]
-        seed = self._seeds.get(key)
-        if seed is None:
-            if len(self._seeds) > 4096:
-                self._seeds.clear()
-            seed = self._seeds[key] = direction_seed(self.public_seed, *key)
-        gen = self._gens.get(p.device)
-        if gen is None:
-            gen = self._gens[p.device] = torch.Generator(device=p.device)
-        gen.manual_seed(seed)
-        z = torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32)
-        if keep:
+        p = self.params[i]
+        z = torch.empty(p.shape, device=p.device, dtype=torch.float32)
+        self._fill(key, z, 0, self._layouts[i].n_chunks)
+        if self.cache:
             self._z_cache[key] = z
         return z
+
+    def direction_rows(self, step: int, k: int, i: int, rows: torch.Tensor) -> torch.Tensor:
+        """z[rows] for parameter i, drawing only the chunks that hold those rows (fp32)."""
+        lay = self._layouts[i]
+        rows = rows.to(torch.int64)
+        chunk_of = torch.div(rows, lay.per_chunk, rounding_mode="floor")
+        needed = torch.unique(chunk_of).tolist()
+        buf = torch.empty((len(needed) * lay.per_chunk, lay.row), device=self.params[i].device)
+        key = (step, k, i)
+        lay_seeds = self._chunk_seeds(key)
+        device = buf.device
+
+        def work(lo: int, hi: int) -> None:
+            gen = _POOL.generator(device)
+            for j in range(lo, hi):
+                a, b = lay.chunk_rows(needed[j])
+                gen.manual_seed(int(lay_seeds[needed[j]]))
+                buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)].normal_(generator=gen)
+
+        _POOL.run(work, len(needed), device)
+        slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=rows.device)
+        slot[torch.tensor(needed, dtype=torch.int64, device=rows.device)] = torch.arange(
+            len(needed), dtype=torch.int64, device=rows.device)
+        pos = slot[chunk_of] * lay.per_chunk + (rows - chunk_of * lay.per_chunk)
+        return buf[pos.to(device)].view(-1, *lay.shape[1:])
 
     def clear_cache(self) -> None:
         self._z_cache.clear()
 
     def _perturbed_value(self, p: torch.nn.Parameter, orig: torch.Tensor, step: int, k: int,
                          scale: float) -> torch.Tensor:
-        """(orig + scale * z) rounded to orig's dtype: the same arithmetic on both paths."""
+        """fl(fl(z * scale) + orig), rounded to orig's dtype: the same arithmetic on every path."""
         i = self._index[id(p)]
         if self.cache:
             t = self.direction(step, k, i) * scale
+            t.add_(orig)
         else:
-            t = self._generate((step, k, i), False).mul_(scale)  # a fresh z: scaled in place
-        t.add_(orig)
+            t = torch.empty(orig.shape, device=orig.device, dtype=torch.float32)
+            self._fill((step, k, i), t, 0, self._layouts[i].n_chunks, scale, orig)
         return t if orig.dtype == torch.float32 else t.to(orig.dtype)
 
     # -- perturbation via hooks -------------------------------------------
@@ -185,10 +359,107 @@ class Perturber:
             self._saved.clear()
             self._live.clear()
 
+    # -- paired ± evaluation ------------------------------------------------
+    @contextmanager
+    def paired(self, step: int, k: int, mu: float):
+        """Within the block, a forward of a doubled batch ``[b; b]`` sees theta + mu z_{step,k} in
+        its first half and theta - mu z_{step,k} in its second, from one regeneration of z."""
+        if not self.pairable:
+            raise RuntimeError("paired evaluation needs the uncached path and row-separable parameter owners")
+        self._pair = (int(step), int(k), float(mu))
+        patched = []
+        try:
+            for module, own in self._owner_modules:
+                had = "forward" in module.__dict__
+                inner = module.forward
+                module.forward = self._paired_forward(module, own, inner)
+                patched.append((module, had, inner))
+            yield
+        finally:
+            self._pair = None
+            for module, had, inner in patched:
+                if had:
+                    module.forward = inner
+                else:
+                    del module.forward
+
+    def _paired_forward(self, module: torch.nn.Module, own: list[torch.nn.Parameter], inner: Callable) -> Callable:
+        big = sum(p.numel() for p in own) > self.big_values
+        kind = None
+        if big and type(module).forward is torch.nn.Embedding.forward and module.max_norm is None and len(own) == 1:
+            kind = "embedding"
+        elif big and type(module).forward is torch.nn.Linear.forward and own[0] is module.weight:
+            kind = "linear"
+
+        def forward(*args, **kwargs):
+            step, k, mu = self._pair
+            (plus_args, plus_kw), (minus_args, minus_kw) = _split_halves(module, args, kwargs)
+            if kind == "embedding":
+                return self._paired_embedding(module, step, k, mu, plus_args[0], minus_args[0])
+            if kind == "linear":
+                return self._paired_linear(module, step, k, mu, plus_args[0], minus_args[0])
+            keys = [(step, k, self._index[id(p)]) for p in own]
+            saved = [p.data for p in own]
+            zs = []
+            for p, key in zip(own, keys):
+                z = torch.empty(p.shape, device=p.device, dtype=torch.float32)
+                self._fill(key, z, 0, self._layouts[key[2]].n_chunks)
+                zs.append(z)
+            try:
+                for p, z, w in zip(own, zs, saved):
+                    p.data = _perturb(z, mu, w)
+                plus = inner(*plus_args, **plus_kw)
+                for p, z, w in zip(own, zs, saved):
+                    p.data = _perturb(z, -mu, w)
+                minus = inner(*minus_args, **minus_kw)
+            finally:
+                for p, w in zip(own, saved):
+                    p.data = w
+            return _cat_halves(plus, minus)
+
+        return forward
+
+    def _paired_embedding(self, module, step, k, mu, ids_plus, ids_minus):
+        w = module.weight
+        i = self._index[id(w)]
+        rows, inverse = torch.unique(torch.cat([ids_plus.reshape(-1), ids_minus.reshape(-1)]), return_inverse=True)
+        z = self.direction_rows(step, k, i, rows)
+        base = w.data[rows]
+        n = ids_plus.numel()
+        out = []
+        for s, ids, inv in ((mu, ids_plus, inverse[:n]), (-mu, ids_minus, inverse[n:])):
+            out.append(F.embedding(inv.view(ids.shape), _perturb(z, s, base)))
+        return torch.cat(out, dim=0)
+
+    def _paired_linear(self, module, step, k, mu, x_plus, x_minus):
+        w = module.weight
+        i = self._index[id(w)]
+        lay = self._layouts[i]
+        bias = {}
+        if module.bias is not None:
+            if id(module.bias) in self._index:
+                j = self._index[id(module.bias)]
+                zb = torch.empty(module.bias.shape, device=w.device)
+                self._fill((step, k, j), zb, 0, self._layouts[j].n_chunks)
+                bias = {s: _perturb(zb, s, module.bias.data) for s in (mu, -mu)}
+            else:
+                bias = {s: module.bias.data for s in (mu, -mu)}
+        outs = {s: x.new_empty((*x.shape[:-1], lay.rows)) for s, x in ((mu, x_plus), (-mu, x_minus))}
+        per_block = max(1, _BLOCK_VALUES // (lay.per_chunk * lay.row)) if lay.row else 1
+        z = torch.empty((per_block * lay.per_chunk, lay.row), device=w.device)
+        for first in range(0, lay.n_chunks, per_block):
+            last = min(first + per_block, lay.n_chunks)
+            a, b = lay.chunk_rows(first)[0], lay.chunk_rows(last - 1)[1]
+            self._fill((step, k, i), z[:b - a], first, last)
+            for s, x in ((mu, x_plus), (-mu, x_minus)):
+                outs[s][..., a:b] = F.linear(x, _perturb(z[:b - a], s, w.data[a:b]),
+                                             bias[s][a:b] if bias else None)
+        return torch.cat([outs[mu], outs[-mu]], dim=0)
+
     # -- update -----------------------------------------------------------
     @torch.no_grad()
     def apply_update(self, step: int, coefs: Sequence[float], lr: float, weight_decay: float = 0.0) -> None:
-        """theta <- (1 - lr*wd) theta - (lr/K) sum_k coef_k z_k, one parameter at a time (fp32 arithmetic)."""
+        """theta <- (1 - lr*wd) theta - (lr/K) sum_k coef_k z_k, one chunk at a time (fp32 arithmetic)."""
         K = len(coefs)
         if K == 0:
             return
@@ -197,21 +468,86 @@ class Perturber:
         if all(s == 0.0 for s in scales) and decay == 0.0:
             return  # lr = 0 or all coefficients 0: the weights stay bit-identical
         for i, p in enumerate(self.params):
-            fp32 = p.dtype == torch.float32
-            acc = p.data if fp32 else p.data.to(torch.float32)  # fp32: updated in place
-            if decay:
-                acc.mul_(1.0 - decay)
-            for k, s in enumerate(scales):
-                if s:
-                    z = self.direction(step, k, i)
-                    acc.sub_(z * s if self.cache else z.mul_(s))
-            if not fp32:
-                p.data.copy_(acc.to(p.dtype))
+            if self.cache:
+                fp32 = p.dtype == torch.float32
+                acc = p.data if fp32 else p.data.to(torch.float32)  # fp32: updated in place
+                if decay:
+                    acc.mul_(1.0 - decay)
+                for k, s in enumerate(scales):
+                    if s:
+                        acc.sub_(self.direction(step, k, i) * s)
+                if not fp32:
+                    p.data.copy_(acc.to(p.dtype))
+            else:
+                self._update_chunked(step, i, p, scales, decay)
+
+    def _update_chunked(self, step: int, i: int, p: torch.nn.Parameter, scales: list[float], decay: float) -> None:
+        """The same element-wise arithmetic as the cached update, chunk by chunk (no whole z)."""
+        lay = self._layouts[i]
+        flat = p.data.view(-1, lay.row) if lay.shape else p.data.view(1, 1)
+        fp32 = p.dtype == torch.float32
+        seeds = [self._chunk_seeds((step, k, i)) if s else None for k, s in enumerate(scales)]
+        device = p.device
+
+        def work(lo: int, hi: int) -> None:
+            gen = _POOL.generator(device)
+            for c in range(lo, hi):
+                a, b = lay.chunk_rows(c)
+                acc = flat[a:b] if fp32 else flat[a:b].to(torch.float32)
+                if decay:
+                    acc.mul_(1.0 - decay)
+                for s, sd in zip(scales, seeds):
+                    if s:
+                        gen.manual_seed(int(sd[c]))
+                        z = torch.empty(acc.shape, device=device).normal_(generator=gen)
+                        acc.sub_(z.mul_(s))
+                if not fp32:
+                    flat[a:b].copy_(acc.to(p.dtype))
+
+        _POOL.run(work, lay.n_chunks, device)
 
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+
+
+def _perturb(z: torch.Tensor, scale: float, base: torch.Tensor) -> torch.Tensor:
+    """fl(fl(z * scale) + base) in fp32, rounded to base's dtype (the one perturbation arithmetic)."""
+    t = z * scale
+    t.add_(base)
+    return t if base.dtype == torch.float32 else t.to(base.dtype)
+
+
+def _split_halves(module, args: tuple, kwargs: dict):
+    """Split every batch-major tensor argument of a doubled batch into its two halves."""
+    found = False
+
+    def halves(x):
+        nonlocal found
+        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] % 2 == 0 and x.shape[0] > 0:
+            found = True
+            h = x.shape[0] // 2
+            return x[:h], x[h:]
+        return x, x
+
+    pa, ma = zip(*[halves(a) for a in args]) if args else ((), ())
+    pk, mk = {}, {}
+    for key, value in kwargs.items():
+        pk[key], mk[key] = halves(value)
+    if not found:
+        raise RuntimeError(f"paired evaluation: {type(module).__name__} received no batch-major tensor input")
+    return (tuple(pa), pk), (tuple(ma), mk)
+
+
+def _cat_halves(plus, minus):
+    if isinstance(plus, torch.Tensor):
+        return torch.cat([plus, minus], dim=0)
+    if isinstance(plus, tuple):
+        return tuple(_cat_halves(a, b) for a, b in zip(plus, minus))
+    if plus is None:
+        return None
+    raise RuntimeError(f"paired evaluation: cannot join module outputs of type {type(plus).__name__}")
 
 
 @torch.inference_mode()
@@ -229,12 +565,21 @@ def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: 
     g = np.zeros((num_directions, n_rows), dtype=np.float64)
     loss_sum, count = 0.0, 0
     moved = [batch.to(device) for batch in batches]
+    # full fine-tuning: one doubled forward per micro-batch evaluates both signs from one z
+    paired = perturber.pairable and all(b.targets is not None or b.labels is not None for b in moved)
     for k in range(num_directions):
-        # one perturbed block per direction and sign, over every micro-batch
-        with perturber.perturbed(step, k, +mu):
-            plus = [loss_fn(b).double() for b in moved]
-        with perturber.perturbed(step, k, -mu):
-            minus = [loss_fn(b).double() for b in moved]
+        if paired:
+            plus, minus = [], []
+            with perturber.paired(step, k, mu):
+                for b in moved:
+                    both = loss_fn(b.doubled()).double()
+                    plus.append(both[:len(b)])
+                    minus.append(both[len(b):])
+        else:  # one perturbed block per direction and sign, over every micro-batch
+            with perturber.perturbed(step, k, +mu):
+                plus = [loss_fn(b).double() for b in moved]
+            with perturber.perturbed(step, k, -mu):
+                minus = [loss_fn(b).double() for b in moved]
         for batch, lp, lm in zip(batches, plus, minus):
             rows = np.asarray(batch.index)
             g[k, rows] = ((lp - lm) / (2.0 * mu)).cpu().numpy()
@@ -253,7 +598,8 @@ def padding_cap(perturber: "Perturber | Sequence[tuple[str, torch.nn.Parameter]]
     Micro-batches normally close before padding exceeds 10 %. Full fine-tuning on
     CPU is the exception: it regenerates z at every module call of every
     micro-batch (no z is stored), and on CPU that costs more than padding, so
-    there micro-batches are filled to the token budget instead. Takes the
+    there micro-batches are filled to the token budget instead (the paired
+    path then doubles each of them). Takes the
     Perturber, or the trainable (name, parameter) list it would be built from.
     """
     cached = perturber.cache if isinstance(perturber, Perturber) else \

@@ -102,3 +102,101 @@ def test_stability_clip():
     g = np.array([[-5.0, 0.5, 7.0]])
     assert stability_clip(g, None) is g
     np.testing.assert_array_equal(stability_clip(g, 1.0), [[-1.0, 0.5, 1.0]])
+
+
+def test_direction_chunks_rows_and_threads():
+    """z is the same whatever the thread count; direction_rows draws exactly z[rows]; chunks are independent."""
+    lm = load_model("tiny-llama", track="ft")
+    params = trainable_parameters(lm.model, "ft")
+    pert = Perturber(lm.model, params, public_seed=11)
+    i = max(range(len(params)), key=lambda j: params[j][1].numel())  # the embedding: many chunks
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        z1 = pert.direction(5, 0, i).clone()
+        torch.set_num_threads(2)
+        z2 = pert.direction(5, 0, i).clone()
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(z1, z2)
+    lay = pert._layouts[i]
+    assert lay.n_chunks > 4
+    rows = torch.tensor([0, 3, lay.per_chunk, lay.per_chunk + 1, 3, z1.shape[0] - 1])
+    assert torch.equal(pert.direction_rows(5, 0, i, rows), z1[rows])
+    a, b = lay.chunk_rows(0), lay.chunk_rows(1)
+    c0, c1 = z1[a[0]:a[1]].flatten(), z1[b[0]:b[1]].flatten()
+    assert not torch.equal(c0, c1)
+    assert abs(float(torch.corrcoef(torch.stack([c0, c1]))[0, 1])) < 0.05
+    assert abs(float(z1.mean())) < 0.01 and abs(float(z1.std()) - 1.0) < 0.01
+    assert not torch.equal(z1, pert.direction(5, 1, i)) and not torch.equal(z1, pert.direction(6, 0, i))
+    pert.remove()
+
+
+def _scalars(lm, params, batches, task, **kw):
+    from paczero.zo import two_point_scalars
+    pert = Perturber(lm.model, params, public_seed=4, **kw)
+    g, loss = two_point_scalars(pert, 1, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 10, "cpu")
+    pairable = pert.pairable
+    pert.remove()
+    return g, loss, pairable
+
+
+@pytest.mark.parametrize("name", ["tiny-opt", "tiny-llama", "tiny-gpt2"])
+@pytest.mark.parametrize("task_name", ["demo", "squad"])
+def test_paired_forward_matches_cached_scalars(name, task_name):
+    """One doubled forward (+ half, - half) gives the scalars of two separate passes: also when every
+    tensor counts as big (row-drawn embeddings, Linear layers evaluated in blocks of output rows)."""
+    from paczero.tasks import build_task, load_splits
+    lm = load_model(name, track="ft")
+    task = build_task(task_name, lm.tokenizer)
+    if task_name == "squad":
+        words = ["river", "seven", "blue", "Paris", "winter", "gold", "north", "piano", "three", "salt"]
+        train = [{"id": str(j), "title": w, "context": f"The answer is {w}. " * (1 + j % 3),
+                  "question": f"What is item {j}?", "answers": [w]} for j, w in enumerate(words)]
+    else:
+        train, _, _ = load_splits(task_name, n_train=10, n_dev=1, n_test=1)
+    batches = task.make_batches(task.encode(train), token_budget=96)
+    params = trainable_parameters(lm.model, "ft")
+    ref, ref_loss, _ = _scalars(lm, params, batches, task, cache_limit=1 << 30)
+    for big in (1 << 22, 1000):
+        g, loss, pairable = _scalars(lm, params, batches, task, cache_limit=0, big_values=big)
+        assert pairable
+        np.testing.assert_allclose(g, ref, rtol=1e-3, atol=2e-3 * np.abs(ref).max())
+        assert abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
+    assert np.all(ref != 0)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_paired_restoration_is_bit_exact(dtype):
+    from paczero.tasks import build_task, load_splits
+    from paczero.zo import two_point_scalars
+    lm = load_model("tiny-llama", track="ft", dtype=dtype)
+    task = build_task("demo", lm.tokenizer)
+    train, _, _ = load_splits("demo", n_train=6, n_dev=1, n_test=1)
+    batches = task.make_batches(task.encode(train), token_budget=64)
+    params = trainable_parameters(lm.model, "ft")
+    before = [p.detach().clone() for _, p in params]
+    pert = Perturber(lm.model, params, public_seed=2, cache_limit=0, big_values=1000)
+    for step in range(5):
+        two_point_scalars(pert, step, 1, 1e-3, batches, lambda b: task.losses(lm.model, b), 6, "cpu")
+        pert.apply_update(step, [1.0], lr=0.0)
+    assert all(torch.equal(p.detach(), b) for (_, p), b in zip(params, before))
+    assert all("forward" not in m.__dict__ for m in lm.model.modules())  # overrides removed
+    pert.remove()
+
+
+def test_paired_refuses_modules_that_mix_rows():
+    class Mixer(torch.nn.Module):  # owns a parameter and mixes rows: not row-separable
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x.mean(0, keepdim=True) * self.w
+
+    m = Mixer()
+    pert = Perturber(m, [("w", m.w)], public_seed=0, cache_limit=0)
+    assert not pert.pairable
+    with pytest.raises(RuntimeError, match="row-separable"):
+        with pert.paired(0, 0, 1e-3):
+            pass
