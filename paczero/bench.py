@@ -51,6 +51,7 @@ class BenchConfig:
     dtype: str = "fp32"
     device: str = "cpu"
     token_budget: int = 4096
+    paired: bool = False            # full FT: + and - in one doubled forward
     num_subsets: int = 128
     mechanism: str = "pac-zpl"
     mi_budget: float = 1.0          # pac-mi only: total MI over `steps`
@@ -102,7 +103,8 @@ class Harness:
         from paczero.zo import Perturber, padding_cap
 
         if self.perturber is None:
-            self.perturber = Perturber(self.model, trainable_parameters(self.model, self.cfg.track), self.cfg.seed)
+            self.perturber = Perturber(self.model, trainable_parameters(self.model, self.cfg.track), self.cfg.seed,
+                                       paired=self.cfg.paired)
         return padding_cap(self.perturber, self.cfg.device)
 
     def sync(self) -> None:
@@ -143,7 +145,7 @@ class Harness:
         dp = dp or Single()
         c = self.cfg
         if self.perturber is None:
-            self.perturber = Perturber(self.model, trainable_parameters(self.model, c.track), c.seed)
+            self.perturber = Perturber(self.model, trainable_parameters(self.model, c.track), c.seed, paired=c.paired)
         n = n or self.cfg.n
         universe, full_batches = self.data_for(n)
         mech = self.mechanism(num_subsets, n) if dp.is_main else None
@@ -380,6 +382,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "fp16"])
     p.add_argument("--device", default=d.device)
     p.add_argument("--token-budget", type=int, default=d.token_budget)
+    p.add_argument("--paired", action="store_true", help="full FT: + and - passes in one doubled forward")
     p.add_argument("--num-subsets", type=int, default=d.num_subsets, help="M")
     p.add_argument("--mechanism", default=d.mechanism, choices=["pac-zpl", "pac-mi"])
     p.add_argument("--mi-budget", type=float, default=d.mi_budget)

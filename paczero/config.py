@@ -76,6 +76,7 @@ class TrainConfig:
     eval_zero_shot: bool = True
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
+    paired_passes: bool = False              # full FT: + and - in one doubled forward (one z per micro-batch, 2x activations)
     seed: int = 0                            # public seed: directions, init, data order
     private_seed: int | None = None          # tests and exact reproduction only; None draws from OS entropy
     out_dir: str = "runs/paczero"

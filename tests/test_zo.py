@@ -132,9 +132,9 @@ def test_direction_chunks_rows_and_threads():
     pert.remove()
 
 
-def _scalars(lm, params, batches, task, **kw):
+def _scalars(lm, params, batches, task, pair=True, **kw):
     from paczero.zo import two_point_scalars
-    pert = Perturber(lm.model, params, public_seed=4, **kw)
+    pert = Perturber(lm.model, params, public_seed=4, paired=pair, **kw)
     g, loss = two_point_scalars(pert, 1, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 10, "cpu")
     pairable = pert.pairable
     pert.remove()
@@ -159,10 +159,11 @@ def test_paired_forward_matches_cached_scalars(name, task_name):
     params = trainable_parameters(lm.model, "ft")
     ref, ref_loss, _ = _scalars(lm, params, batches, task, cache_limit=1 << 30)
     for big in (1 << 22, 1000):
-        g, loss, pairable = _scalars(lm, params, batches, task, cache_limit=0, big_values=big)
-        assert pairable
-        np.testing.assert_allclose(g, ref, rtol=1e-3, atol=2e-3 * np.abs(ref).max())
-        assert abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
+        for pair in (True, False):
+            g, loss, pairable = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, pair=pair)
+            assert pairable == pair
+            np.testing.assert_allclose(g, ref, rtol=1e-3, atol=2e-3 * np.abs(ref).max())
+            assert abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
     assert np.all(ref != 0)
 
 
@@ -176,7 +177,7 @@ def test_paired_restoration_is_bit_exact(dtype):
     batches = task.make_batches(task.encode(train), token_budget=64)
     params = trainable_parameters(lm.model, "ft")
     before = [p.detach().clone() for _, p in params]
-    pert = Perturber(lm.model, params, public_seed=2, cache_limit=0, big_values=1000)
+    pert = Perturber(lm.model, params, public_seed=2, cache_limit=0, big_values=1000, paired=True)
     for step in range(5):
         two_point_scalars(pert, step, 1, 1e-3, batches, lambda b: task.losses(lm.model, b), 6, "cpu")
         pert.apply_update(step, [1.0], lr=0.0)
@@ -195,7 +196,7 @@ def test_paired_refuses_modules_that_mix_rows():
             return x.mean(0, keepdim=True) * self.w
 
     m = Mixer()
-    pert = Perturber(m, [("w", m.w)], public_seed=0, cache_limit=0)
+    pert = Perturber(m, [("w", m.w)], public_seed=0, cache_limit=0, paired=True)
     assert not pert.pairable
     with pytest.raises(RuntimeError, match="row-separable"):
         with pert.paired(0, 0, 1e-3):
