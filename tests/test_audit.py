@@ -3,7 +3,7 @@
 Negative control (docs/audit.md): ``raw_half`` trains on the mean scalar of
 the secret subset itself, so the released model remembers its members; on a
 tiny problem (a random tiny-llama with LoRA, 8 records of one label, 40 steps
-at lr 0.05, three runs with fresh secrets pooled) the loss-reduction attack is
+at lr 0.05, five runs with fresh secrets pooled) the loss-reduction attack is
 clearly above 1/2. PAC-ZPL on the same problem stays within its interval of 1/2.
 One label for the whole universe takes the label out of the score: otherwise
 the model mostly learns the label mix of S*, which the median threshold cannot
@@ -71,7 +71,7 @@ def test_statistics():
 
 def test_negative_control_leaky_caught_zpl_passes(tmp_path, one_thread):
     data = write_universe(tmp_path / "universe.jsonl")
-    leaky = audit(_runs(tmp_path, "raw_half", (1, 2, 3), data), bootstrap=300)
+    leaky = audit(_runs(tmp_path, "raw_half", (1, 2, 3, 4, 5), data), bootstrap=300)
     loss = leaky["attacks"]["loss"]
     assert leaky["mia_bound"] is None
     assert loss["accuracy_ci95"][0] > 0.5 and loss["auc_ci95"][0] > 0.5, loss
