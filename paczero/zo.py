@@ -26,9 +26,9 @@ original is swapped back, so restoration is bit-exact by construction.
 
 Three evaluation paths, one arithmetic:
 
-* cached (LoRA, tiny models: at most ``cache_limit`` trainable values that are
-  at most a tenth of the model): z is cached for the step and reused by the
-  update; the perturbed tensors are swapped in once per ± block;
+* cached (LoRA, tiny models: at most ``cache_limit`` trainable values): z is
+  cached for the step and reused by the update; the perturbed tensors are
+  swapped in once per ± block;
 * sequential (full fine-tuning): while a ± block is open, the forward of
   every module that owns trainable parameters is rerouted: it swaps the
   perturbed tensor in for its own call only and swaps the original back.
@@ -171,10 +171,9 @@ class Perturber:
     """Owns the trainable parameters' perturbation and update for one model.
 
     ``params`` is the ordered list of (name, parameter) that is trained
-    (see :func:`paczero.models.trainable_parameters`). ``cache_limit``: None
-    (default) caches z for the step when the trainable set has at most
-    ``DEFAULT_CACHE_LIMIT`` values and at most a tenth of the model's (LoRA);
-    an int caches whenever the set has at most that many values. ``paired``:
+    (see :func:`paczero.models.trainable_parameters`). z is cached for the step
+    when the trainable set has at most ``cache_limit`` values (default
+    ``DEFAULT_CACHE_LIMIT``: LoRA, tiny models). ``paired``:
     :func:`two_point_scalars` evaluates + and - in one doubled forward where it can
     (uncached, row-separable owners, teacher-forced losses).
     """
@@ -187,11 +186,7 @@ class Perturber:
         self.names = [n for n, _ in params]
         self.public_seed = int(public_seed)
         self.numel = sum(p.numel() for p in self.params)
-        if cache_limit is None:
-            total = sum(p.numel() for p in model.parameters())
-            self.cache = self.numel <= DEFAULT_CACHE_LIMIT and self.numel * 10 <= total
-        else:
-            self.cache = self.numel <= cache_limit
+        self.cache = self.numel <= (DEFAULT_CACHE_LIMIT if cache_limit is None else cache_limit)
         self.big_values = int(big_values)
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self._layouts = [_Layout(p.shape, chunk_values(p.device)) for p in self.params]
@@ -244,7 +239,7 @@ class Perturber:
                 if flat_base is not None:
                     t.mul_(scale).add_(flat_base[a - r0:b - r0])
 
-        _POOL.run(work, last - first, device, parallel=self._state is None)
+        _POOL.run(work, last - first, device, parallel=False)  # the update alone uses the workers
 
     def direction(self, step: int, k: int, i: int) -> torch.Tensor:
         """z for parameter i (fp32, on the parameter's device). Cached: do not modify it."""
@@ -280,7 +275,7 @@ class Perturber:
                 gen.manual_seed(int(lay_seeds[needed[j]]))
                 buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)].normal_(generator=gen)
 
-        _POOL.run(work, len(needed), device, parallel=self._state is None)
+        _POOL.run(work, len(needed), device, parallel=False)
         slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=rows.device)
         slot[torch.tensor(needed, dtype=torch.int64, device=rows.device)] = torch.arange(
             len(needed), dtype=torch.int64, device=rows.device)
