@@ -82,9 +82,9 @@ def chunk_values(device) -> int:
 
 #: trainable sets up to this many values (LoRA, tiny models) cache z for the step
 DEFAULT_CACHE_LIMIT = 1 << 24
-#: trainable tensors above this many values are never materialised whole in the paired path
+#: uncached: an embedding or Linear above this many values is never perturbed whole
 DEFAULT_BIG_VALUES = 1 << 22
-#: values per block of a big Linear's output rows in the paired path
+#: values per block of output rows of such a Linear
 _BLOCK_VALUES = 1 << 20
 
 _ROW_SEPARABLE = (torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm)
@@ -115,13 +115,17 @@ class _Layout:
 
 
 class _Pool:
-    """Worker threads that fill chunks in parallel (torch releases the GIL); one generator per thread."""
+    """Worker threads for the uncached update (torch releases the GIL); one generator per thread.
+
+    Only the update uses them: inside a forward torch's OpenMP threads still spin
+    after each product, and a worker competing with them for the cores was
+    measured to cost more than it saves (docs/performance.md).
+    """
 
     def __init__(self):
         self._local = threading.local()
         self._pool: ThreadPoolExecutor | None = None
         self._workers = 0
-        self.max_workers = int(os.environ.get("PACZERO_Z_THREADS", "0"))  # 0: torch's thread count
 
     def generator(self, device: torch.device) -> torch.Generator:
         gens = getattr(self._local, "gens", None)
@@ -132,17 +136,11 @@ class _Pool:
             g = gens[device] = torch.Generator(device=device)
         return g
 
-    def run(self, fn: Callable[[int, int], None], n: int, device: torch.device, min_per_task: int = 4,
-            parallel: bool = True) -> None:
-        """Call ``fn(lo, hi)`` over a partition of range(n): in parallel on CPU, inline elsewhere.
-
-        ``parallel=False`` inside a forward: torch's OpenMP threads still spin there after each
-        product, and a worker competing with them for the cores costs more than it saves.
-        """
+    def run(self, fn: Callable[[int, int], None], n: int, device: torch.device, min_per_task: int = 4) -> None:
+        """Call ``fn(lo, hi)`` over a partition of range(n): in parallel on CPU, inline elsewhere."""
         workers = 1
-        if device.type == "cpu" and parallel:
-            workers = max(1, min(self.max_workers or torch.get_num_threads(), os.cpu_count() or 1,
-                                 n // min_per_task))
+        if device.type == "cpu":
+            workers = max(1, min(torch.get_num_threads(), os.cpu_count() or 1, n // min_per_task))
         if workers <= 1:
             fn(0, n)
             return
@@ -239,7 +237,7 @@ class Perturber:
                 if flat_base is not None:
                     t.mul_(scale).add_(flat_base[a - r0:b - r0])
 
-        _POOL.run(work, last - first, device, parallel=False)  # the update alone uses the workers
+        work(0, last - first)
 
     def direction(self, step: int, k: int, i: int) -> torch.Tensor:
         """z for parameter i (fp32, on the parameter's device). Cached: do not modify it."""
@@ -275,7 +273,7 @@ class Perturber:
                 gen.manual_seed(int(lay_seeds[needed[j]]))
                 buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)].normal_(generator=gen)
 
-        _POOL.run(work, len(needed), device, parallel=False)
+        work(0, len(needed))
         slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=rows.device)
         slot[torch.tensor(needed, dtype=torch.int64, device=rows.device)] = torch.arange(
             len(needed), dtype=torch.int64, device=rows.device)
@@ -296,18 +294,18 @@ class Perturber:
         return buf
 
     def _perturbed_value(self, p: torch.nn.Parameter, orig: torch.Tensor, step: int, k: int,
-                         scale: float, slot=None) -> torch.Tensor:
+                         scale: float, slot="p") -> torch.Tensor:
         """fl(fl(z * scale) + orig), rounded to orig's dtype: the same arithmetic on every path.
 
-        ``slot``: write into that reusable scratch tensor (valid until the next call with the slot).
+        Uncached, the value is written into the reusable scratch tensor ``slot`` (valid until the
+        next call with that slot); cached, a fresh tensor (the whole block holds them all).
         """
         i = self._index[id(p)]
         if self.cache:
             t = self.direction(step, k, i) * scale
             t.add_(orig)
         else:
-            t = torch.empty(orig.shape, device=orig.device, dtype=torch.float32) if slot is None \
-                else self._buffer(slot, orig.shape, orig.device)
+            t = self._buffer(slot, orig.shape, orig.device)
             self._fill((step, k, i), t, 0, self._layouts[i].n_chunks, scale, orig)
         return t if orig.dtype == torch.float32 else t.to(orig.dtype)
 
@@ -380,7 +378,7 @@ class Perturber:
             zs = [self._z(step, k, p, ("z", n)) for n, p in enumerate(own)] if len(signs) > 1 else None
             outs = []
             try:
-                for j, (s, (a, kw)) in enumerate(zip(signs, parts)):
+                for s, (a, kw) in zip(signs, parts):
                     for n, (p, w) in enumerate(zip(own, saved)):
                         p.data = self._perturbed_value(p, w, step, k, s, ("p", n)) if zs is None \
                             else self._combine(zs[n], s, w, ("p", n))
@@ -405,14 +403,14 @@ class Perturber:
         return out if base.dtype == torch.float32 else out.to(base.dtype)
 
     @staticmethod
-    def _parts(x: torch.Tensor, module, signs) -> tuple[int, list[slice]]:
+    def _parts(x: torch.Tensor, module, signs) -> list[slice]:
         """Row slices of x's leading dimension, one per sign (halves of a doubled batch)."""
         m = len(signs)
         if x.dim() == 0 or x.shape[0] % m:
             raise RuntimeError(f"paired evaluation: {type(module).__name__} received no batch-major tensor input")
         rows = x.numel() // x.shape[-1] if x.dim() > 1 else x.shape[0]
         n = rows // m
-        return n, [slice(j * n, (j + 1) * n) for j in range(m)]
+        return [slice(j * n, (j + 1) * n) for j in range(m)]
 
     def _bias(self, module, step: int, k: int, signs) -> dict:
         b = module.bias
@@ -426,7 +424,7 @@ class Perturber:
     def _linear(self, module, step, k, signs, x):
         """y = x W^T + b at each sign on its rows, written straight into its rows of the output."""
         w = module.weight
-        _, parts = self._parts(x, module, signs)
+        parts = self._parts(x, module, signs)
         y = x.new_empty((*x.shape[:-1], w.shape[0]))
         x2, y2 = x.reshape(-1, x.shape[-1]), y.view(-1, w.shape[0])
         bias = self._bias(module, step, k, signs)
@@ -443,7 +441,7 @@ class Perturber:
     def _embedding(self, module, step, k, signs, ids):
         """A big embedding: only the looked-up rows of z are drawn; each sign gathers from its rows."""
         w = module.weight
-        _, parts = self._parts(ids.reshape(-1, 1), module, signs)
+        parts = self._parts(ids.reshape(-1, 1), module, signs)
         rows, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
         z = self.direction_rows(step, k, self._index[id(w)], rows)
         base = w.data[rows]
@@ -458,7 +456,7 @@ class Perturber:
         w = module.weight
         i = self._index[id(w)]
         lay = self._layouts[i]
-        _, parts = self._parts(x, module, signs)
+        parts = self._parts(x, module, signs)
         bias = self._bias(module, step, k, signs)
         y = x.new_empty((*x.shape[:-1], lay.rows))
         x2, y2 = x.reshape(-1, x.shape[-1]), y.view(-1, lay.rows)
