@@ -163,7 +163,7 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
 
     m = design.shape[0]
     log_post = np.full(m, -math.log(m))
-    perturber = Perturber(setup.model, params, cfg.seed, paired=cfg.paired_passes)
+    perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches)
     n = len(setup.universe)
     worst, noised = 0.0, 0
     try:

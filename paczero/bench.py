@@ -51,7 +51,7 @@ class BenchConfig:
     dtype: str = "fp32"
     device: str = "cpu"
     token_budget: int = 4096
-    paired: bool = False            # full FT: + and - in one doubled forward
+    lockstep: int = 0               # full FT: micro-batches per lock-step wave of + and - forwards (0: off)
     num_subsets: int = 128
     mechanism: str = "pac-zpl"
     mi_budget: float = 1.0          # pac-mi only: total MI over `steps`
@@ -104,7 +104,7 @@ class Harness:
 
         if self.perturber is None:
             self.perturber = Perturber(self.model, trainable_parameters(self.model, self.cfg.track), self.cfg.seed,
-                                       paired=self.cfg.paired)
+                                       lockstep=self.cfg.lockstep)
         return padding_cap(self.perturber, self.cfg.device)
 
     def sync(self) -> None:
@@ -145,7 +145,7 @@ class Harness:
         dp = dp or Single()
         c = self.cfg
         if self.perturber is None:
-            self.perturber = Perturber(self.model, trainable_parameters(self.model, c.track), c.seed, paired=c.paired)
+            self.perturber = Perturber(self.model, trainable_parameters(self.model, c.track), c.seed, lockstep=c.lockstep)
         n = n or self.cfg.n
         universe, full_batches = self.data_for(n)
         mech = self.mechanism(num_subsets, n) if dp.is_main else None
@@ -382,7 +382,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=d.dtype, choices=["fp32", "bf16", "fp16"])
     p.add_argument("--device", default=d.device)
     p.add_argument("--token-budget", type=int, default=d.token_budget)
-    p.add_argument("--paired", action="store_true", help="full FT: + and - passes in one doubled forward")
+    p.add_argument("--lockstep", type=int, default=d.lockstep,
+                   help="full FT: micro-batches whose + and - forwards share each draw of z (0: off)")
     p.add_argument("--num-subsets", type=int, default=d.num_subsets, help="M")
     p.add_argument("--mechanism", default=d.mechanism, choices=["pac-zpl", "pac-mi"])
     p.add_argument("--mi-budget", type=float, default=d.mi_budget)
@@ -400,6 +401,8 @@ def run(ns: argparse.Namespace) -> int:
     base = BenchConfig(**{k: v for k, v in vars(ns).items() if k in fields and k not in ("model", "track")})
     if base.n < 2 or base.num_subsets < 2 or base.num_subsets % 2:
         raise ValueError("bench needs N >= 2 and an even M >= 2")
+    if base.lockstep < 0:
+        raise ValueError("--lockstep must be >= 0")
     results = []
     for model in ns.model:
         for track in ns.track:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,10 @@ LR_SCHEDULES = ("constant", "linear", "polynomial")
 
 class ConfigError(ValueError):
     """A configuration that cannot run; the message is one line for the user."""
+
+
+#: keys of earlier versions that no longer mean anything (ignored when a saved config is read)
+_RETIRED = frozenset({"paired_passes"})  # the doubled-batch ± forward, superseded by lockstep_batches
 
 
 @dataclass
@@ -76,7 +80,7 @@ class TrainConfig:
     eval_zero_shot: bool = True
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
-    paired_passes: bool = False              # full FT: + and - in one doubled forward (one z per micro-batch, 2x activations)
+    lockstep_batches: int = 0                # full FT: micro-batches whose + and - forwards share each draw of z (0: off)
     seed: int = 0                            # public seed: directions, init, data order
     private_seed: int | None = None          # tests and exact reproduction only; None draws from OS entropy
     out_dir: str = "runs/paczero"
@@ -93,6 +97,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> "TrainConfig":
+        values = {k: v for k, v in values.items() if k not in _RETIRED}
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
             raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
@@ -152,6 +157,7 @@ class TrainConfig:
         integer("num_directions", self.num_directions, 1)
         integer("eval_every", self.eval_every, 1)
         integer("token_budget", self.token_budget, 16)
+        integer("lockstep_batches", self.lockstep_batches, 0)
         integer("checkpoint_every", self.checkpoint_every, 1)
         integer("max_new_tokens", self.max_new_tokens, 1)
         integer("seed", self.seed, 0)

@@ -194,7 +194,7 @@ def follow(cfg, dp: DataParallel) -> dict:
     setup = build(cfg)
     model, task, device = setup.model, setup.task, setup.device
     params = trainable_parameters(model, cfg.track)
-    perturber = Perturber(model, params, cfg.seed, paired=cfg.paired_passes)
+    perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches)
     cap = padding_cap(perturber, device)
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget, max_padding=cap)
     dp.sync_weights(params)

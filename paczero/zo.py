@@ -24,36 +24,41 @@ perturbed value ``theta +/- mu z`` (computed as ``fl(fl(z * s) + theta)``, then
 rounded to the parameter's dtype) is swapped in for one module call and the
 original is swapped back, so restoration is bit-exact by construction.
 
-Three evaluation paths, one arithmetic:
+Evaluation paths, one arithmetic (bit-identical results, tested):
 
 * cached (LoRA, tiny models: at most ``cache_limit`` trainable values): z is
   cached for the step and reused by the update; the perturbed tensors are
   swapped in once per ± block;
-* sequential (full fine-tuning): while a ± block is open, the forward of
-  every module that owns trainable parameters is rerouted: it swaps the
-  perturbed tensor in for its own call only and swaps the original back.
-  Linear layers write their product straight into the output; an embedding
-  larger than ``big_values`` draws only the rows of z that the batch looks up
-  and a larger Linear (the tied LM head) is evaluated in blocks of output
-  rows, so no full-size perturbed copy of either ever exists;
-* paired (``Perturber.pairable``): the micro-batch is doubled, ``[b; b]``, and
-  every rerouted module evaluates the first half at ``theta + mu z`` and the
-  second at ``theta - mu z`` from *one* regeneration of its z. This needs
-  row-separable owners (Linear, Embedding, LayerNorm/RMSNorm, GPT-2's
-  Conv1D) and doubles the activations.
+* uncached (full fine-tuning): while a block is open, the forward of every
+  module that owns trainable parameters is rerouted: it evaluates the module
+  with the perturbed tensor, never writing to the parameter. Linear layers
+  write their product straight into the output; an embedding larger than
+  ``big_values`` draws only the rows of z that the batch looks up and a larger
+  Linear (the tied LM head) is evaluated in blocks of output rows, so no
+  full-size perturbed copy of either ever exists;
+* lock-step (uncached, ``Perturber.evaluate`` with several jobs): the + and -
+  forwards of ``lockstep`` micro-batches run as greenlets on the calling
+  thread. Each parks at every rerouted module; when all have arrived, the
+  module's z is drawn *once* and the module is evaluated for every job at its
+  own sign. Without a stored z a step draws (2B + 1)·d Gaussian values for B
+  micro-batches; lock-step draws (ceil(B / lockstep) + 1)·d, and each job keeps
+  its own micro-batch shape (so its arithmetic, and result, are unchanged).
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from greenlet import greenlet
 
 
 def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
@@ -84,18 +89,10 @@ def chunk_values(device) -> int:
 DEFAULT_CACHE_LIMIT = 1 << 24
 #: uncached: an embedding or Linear above this many values is never perturbed whole
 DEFAULT_BIG_VALUES = 1 << 22
+#: uncached: micro-batches whose + and - forwards run in lock-step (one draw of z per module for all)
+DEFAULT_LOCKSTEP = 0
 #: values per block of output rows of such a Linear
 _BLOCK_VALUES = 1 << 20
-
-_ROW_SEPARABLE = (torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm)
-
-
-def _row_separable(module: torch.nn.Module) -> bool:
-    """Modules whose output row r depends only on input row r (safe for the doubled batch)."""
-    name = type(module).__name__
-    return isinstance(module, _ROW_SEPARABLE) or name.endswith("RMSNorm") or name.endswith("LayerNorm") \
-        or name == "Conv1D"
-
 
 class _Layout:
     """How a parameter's direction splits into chunks of whole rows of its first dimension."""
@@ -171,14 +168,14 @@ class Perturber:
     ``params`` is the ordered list of (name, parameter) that is trained
     (see :func:`paczero.models.trainable_parameters`). z is cached for the step
     when the trainable set has at most ``cache_limit`` values (default
-    ``DEFAULT_CACHE_LIMIT``: LoRA, tiny models). ``paired``:
-    :func:`two_point_scalars` evaluates + and - in one doubled forward where it can
-    (uncached, row-separable owners, teacher-forced losses).
+    ``DEFAULT_CACHE_LIMIT``: LoRA, tiny models). Uncached, ``lockstep`` is the
+    number of micro-batches whose + and - forwards :func:`two_point_scalars`
+    runs in lock-step (one draw of z per wave; 0: every forward on its own).
     """
 
     def __init__(self, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
                  public_seed: int, *, cache_limit: int | None = None, big_values: int = DEFAULT_BIG_VALUES,
-                 paired: bool = False):
+                 lockstep: int = DEFAULT_LOCKSTEP):
         self.model = model
         self.params = [p for _, p in params]
         self.names = [n for n, _ in params]
@@ -188,7 +185,11 @@ class Perturber:
         self.big_values = int(big_values)
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self._layouts = [_Layout(p.shape, chunk_values(p.device)) for p in self.params]
-        self._state: tuple[int, int, tuple[float, ...]] | None = None  # (step, k, signs) of the open block
+        self._state: tuple[int, int] | None = None  # (step, k) of the open block
+        self._sign: float | None = None  # the scale of a forward that is not a lock-step member
+        self._depth = 0  # nesting of owner-module evaluations (scratch slots per level)
+        self._hub = None  # the greenlet running the lock-step schedule
+        self._members: set = set()  # its member greenlets
         self._z_cache: dict[tuple[int, int, int], torch.Tensor] = {}
         self._seeds: dict[tuple[int, int, int], np.ndarray] = {}
         self._buffers: dict[tuple, torch.Tensor] = {}  # scratch reused across module calls (no page faults)
@@ -198,8 +199,10 @@ class Perturber:
             if own:
                 self._owner_modules.append((module, own))
         self.n_owners = len(self._owner_modules)
-        #: two_point_scalars evaluates + and - in one doubled forward (``paired=True`` and possible)
-        self.pairable = bool(paired) and not self.cache and all(_row_separable(m) for m, _ in self._owner_modules)
+        if int(lockstep) < 0:
+            raise ValueError("lockstep must be >= 0")
+        #: micro-batches per lock-step wave of two_point_scalars (uncached; cached: every micro-batch)
+        self.lockstep = int(lockstep)
 
     # -- directions -----------------------------------------------------
     def _chunk_seeds(self, key: tuple[int, int, int]) -> np.ndarray:
@@ -323,43 +326,58 @@ class Perturber:
                 for p, orig in zip(self.params, originals):
                     p.data = orig
             return
-        with self._evaluating(step, k, (float(scale),)):
+        with self._evaluating(step, k):
+            self._sign = float(scale)
             yield
 
-    @contextmanager
-    def paired(self, step: int, k: int, mu: float):
-        """Within the block, a forward of a doubled batch ``[b; b]`` sees theta + mu z_{step,k} in
-        its first half and theta - mu z_{step,k} in its second, from one regeneration of z."""
-        if not self.pairable:
-            raise RuntimeError("paired evaluation needs the uncached path and row-separable parameter owners")
-        with self._evaluating(step, k, (float(mu), -float(mu))):
-            yield
+    def evaluate(self, step: int, k: int, jobs: Sequence[tuple[float, Callable[[], object]]]) -> list:
+        """Run every ``fn`` of ``jobs = [(scale, fn), ...]`` at theta + scale * z_{step,k}; their results in order.
+
+        Cached: one perturbed block per distinct scale. Uncached: the jobs run in
+        lock-step, as coroutines that meet at every module owning trained
+        parameters, where that module's z is drawn once for all of them (see
+        :meth:`_lockstep`); each job's arithmetic is the one of its own block.
+        """
+        jobs = [(float(s), fn) for s, fn in jobs]
+        if self.cache or len(jobs) == 1:
+            results: list = [None] * len(jobs)
+            for scale in dict.fromkeys(s for s, _ in jobs):
+                with self.perturbed(step, k, scale):
+                    for j, (s, fn) in enumerate(jobs):
+                        if s == scale:
+                            results[j] = fn()
+            return results
+        with self._evaluating(step, k):
+            return self._lockstep(jobs)
 
     @contextmanager
-    def _evaluating(self, step: int, k: int, signs: tuple[float, ...]):
-        """Route every owner module's forward through :meth:`_evaluate` for the block."""
+    def _evaluating(self, step: int, k: int):
+        """Route every owner module's forward through :meth:`_collective` for the block."""
         if self._state is not None:
-            raise RuntimeError("perturbed/paired blocks do not nest")
-        self._state = (int(step), int(k), signs)
+            raise RuntimeError("perturbed blocks do not nest")
+        self._state = (int(step), int(k))
         patched = []
         try:
             for module, own in self._owner_modules:
                 had = "forward" in module.__dict__
                 inner = module.forward
-                module.forward = self._evaluate(module, own, inner, wrapped=had)
+                module.forward = self._rerouted(module, own, inner, wrapped=had)
                 patched.append((module, had, inner))
             yield
         finally:
             self._state = None
+            self._sign = None
+            self._depth = 0
             for module, had, inner in patched:
                 if had:
                     module.forward = inner
                 else:
                     del module.forward
 
-    def _evaluate(self, module: torch.nn.Module, own: list[torch.nn.Parameter], inner: Callable,
+    def _rerouted(self, module: torch.nn.Module, own: list[torch.nn.Parameter], inner: Callable,
                   wrapped: bool) -> Callable:
-        """The forward of one owner module at the block's signs (one sign, or + then - on two halves)."""
+        """The forward of one owner module inside a block: a lock-step member parks at it, any other
+        caller evaluates it at once at the current scale."""
         kind = None
         if not wrapped:  # a forward already wrapped (accelerate offloading) must run as it is
             big = sum(p.numel() for p in own) > self.big_values
@@ -368,27 +386,124 @@ class Perturber:
             elif big and type(module).forward is torch.nn.Embedding.forward and module.max_norm is None \
                     and len(own) == 1:
                 kind = self._embedding
+        entry = (module, own, inner, kind)
 
         def forward(*args, **kwargs):
-            step, k, signs = self._state
-            if kind is not None and len(args) == 1 and not kwargs:
-                return kind(module, step, k, signs, args[0])
-            parts = [(args, kwargs)] if len(signs) == 1 else _split_halves(module, args, kwargs)
-            saved = [p.data for p in own]
-            zs = [self._z(step, k, p, ("z", n)) for n, p in enumerate(own)] if len(signs) > 1 else None
-            outs = []
-            try:
-                for s, (a, kw) in zip(signs, parts):
-                    for n, (p, w) in enumerate(zip(own, saved)):
-                        p.data = self._perturbed_value(p, w, step, k, s, ("p", n)) if zs is None \
-                            else self._combine(zs[n], s, w, ("p", n))
-                    outs.append(inner(*a, **kw))
-            finally:
-                for p, w in zip(own, saved):
-                    p.data = w
-            return outs[0] if len(outs) == 1 else _cat_halves(*outs)
+            if self._members and greenlet.getcurrent() in self._members:
+                return self._hub.switch((entry, args, kwargs))  # park until the whole group is here
+            return self._direct(entry, args, kwargs)
 
         return forward
+
+    def _lockstep(self, jobs: list[tuple[float, Callable[[], object]]]) -> list:
+        """Run the jobs as greenlets (one OS thread, so torch's own threads are undisturbed).
+
+        A job parks when it calls a module that owns trained parameters; when
+        every parked job waits at the same module (the usual case: the same
+        model on other micro-batches or the other sign), that module is
+        evaluated for all of them from one draw of its z, and they resume in
+        order. Jobs that wait at different modules (data-dependent routing) are
+        served group by group, so the result never depends on the grouping.
+        """
+        hub = greenlet.getcurrent()
+        members = []
+        for _, fn in jobs:
+            g = greenlet(run=fn, parent=hub)
+            g.gr_context = contextvars.copy_context()
+            members.append(g)
+        parked: dict[int, tuple] = {}
+        results: list = [None] * len(jobs)
+
+        def resume(j: int, value=None) -> None:
+            message = members[j].switch(value) if members[j] else members[j].switch()
+            if members[j].dead:
+                results[j] = message
+            else:
+                parked[j] = message
+
+        self._hub, self._members = hub, set(members)
+        try:
+            for j in range(len(jobs)):
+                resume(j)
+            while parked:
+                entry = parked[min(parked)][0]
+                group = [j for j in sorted(parked) if parked[j][0] is entry]
+                calls = [(jobs[j][0], *parked.pop(j)[1:]) for j in group]
+                for n, out in self._collective(entry, calls):  # each job resumes as soon as its output exists
+                    resume(group[n], out)
+                    del out
+                del calls
+        except BaseException:
+            for g in members:
+                if g:  # started and parked: unwind it (GreenletExit)
+                    g.throw()
+            raise
+        finally:
+            self._hub, self._members = None, set()
+        return results
+
+    def _collective(self, entry: tuple, calls: list):
+        """One owner module evaluated for ``calls = [(scale, args, kwargs), ...]``, z drawn once.
+
+        A generator of ``(position in calls, output)``: the lock-step hub resumes each
+        job as soon as its output exists, so at most one job's output is held here
+        (entries of ``calls`` are cleared as they are served). Calls are served
+        scale by scale, so each perturbed tensor is formed once per scale.
+        """
+        module, own, inner, kind = entry
+        step, k = self._state
+        self._depth += 1
+        try:
+            if kind is not None and all(len(a) == 1 and not kw for _, a, kw in calls):
+                calls[:] = [(s, a[0]) for s, a, _ in calls]
+                yield from kind(module, step, k, calls)
+            else:
+                yield from self._generic(own, inner, step, k, calls)
+        finally:
+            self._depth -= 1
+
+    def _direct(self, entry: tuple, args: tuple, kwargs: dict):
+        """An owner module called outside lock-step (or inside another owner): evaluated at once."""
+        out = None
+        for _, out in self._collective(entry, [(self._sign, args, kwargs)]):
+            pass
+        return out
+
+    def _slot(self, name) -> tuple:
+        return (name, self._depth)  # a nested owner call never reuses its caller's scratch
+
+    @staticmethod
+    def _by_scale(calls: list) -> list[tuple[float, list[int]]]:
+        """The calls' distinct scales in order of appearance, each with its positions."""
+        groups: dict[float, list[int]] = {}
+        for j, c in enumerate(calls):
+            groups.setdefault(c[0], []).append(j)
+        return list(groups.items())
+
+    def _generic(self, own, inner, step, k, calls):
+        """Any owner module: its perturbed tensors swapped in for each call's own evaluation only."""
+        groups = self._by_scale(calls)
+        saved = [p.data for p in own]
+        zs = [self._z(step, k, p, self._slot(("z", n))) for n, p in enumerate(own)] if len(groups) > 1 else None
+        for s, positions in groups:
+            values = [self._perturbed_value(p, w, step, k, s, self._slot(("p", n))) if zs is None
+                      else self._combine(zs[n], s, w, self._slot(("p", n))) for n, (p, w) in enumerate(zip(own, saved))]
+            for j in positions:
+                _, a, kw = calls[j]
+                calls[j] = None
+                sign = self._sign
+                try:
+                    for p, v in zip(own, values):
+                        p.data = v
+                    self._sign = s  # an owner module called inside this one evaluates at the same scale
+                    out = inner(*a, **kw)
+                finally:  # restored before the job resumes: nothing else ever sees the perturbed tensor
+                    self._sign = sign
+                    for p, w in zip(own, saved):
+                        p.data = w
+                del a, kw
+                yield j, out
+                del out
 
     def _z(self, step: int, k: int, p: torch.nn.Parameter, slot) -> torch.Tensor:
         i = self._index[id(p)]
@@ -402,74 +517,82 @@ class Perturber:
         torch.mul(z, scale, out=out).add_(base)
         return out if base.dtype == torch.float32 else out.to(base.dtype)
 
-    @staticmethod
-    def _parts(x: torch.Tensor, module, signs) -> list[slice]:
-        """Row slices of x's leading dimension, one per sign (halves of a doubled batch)."""
-        m = len(signs)
-        if x.dim() == 0 or x.shape[0] % m:
-            raise RuntimeError(f"paired evaluation: {type(module).__name__} received no batch-major tensor input")
-        rows = x.numel() // x.shape[-1] if x.dim() > 1 else x.shape[0]
-        n = rows // m
-        return [slice(j * n, (j + 1) * n) for j in range(m)]
-
-    def _bias(self, module, step: int, k: int, signs) -> dict:
+    def _bias(self, module, step: int, k: int, scales) -> dict:
         b = module.bias
         if b is None:
-            return {s: None for s in signs}
+            return {s: None for s in scales}
         if id(b) not in self._index:
-            return {s: b.data for s in signs}
-        zb = self._z(step, k, b, "zb")
-        return {s: _perturb(zb, s, b.data) for s in signs}
+            return {s: b.data for s in scales}
+        zb = self._z(step, k, b, self._slot("zb"))
+        return {s: _perturb(zb, s, b.data) for s in scales}
 
-    def _linear(self, module, step, k, signs, x):
-        """y = x W^T + b at each sign on its rows, written straight into its rows of the output."""
+    def _linear(self, module, step, k, calls):
+        """y = x W^T + b at each call's scale, the product written straight into the output."""
         w = module.weight
-        parts = self._parts(x, module, signs)
-        y = x.new_empty((*x.shape[:-1], w.shape[0]))
-        x2, y2 = x.reshape(-1, x.shape[-1]), y.view(-1, w.shape[0])
-        bias = self._bias(module, step, k, signs)
-        zw = self._z(step, k, w, ("z", 0)) if len(signs) > 1 else None
-        for s, rows in zip(signs, parts):
-            pw = self._perturbed_value(w, w.data, step, k, s, ("p", 0)) if zw is None \
-                else self._combine(zw, s, w.data, ("p", 0))
-            if bias[s] is None:
-                torch.mm(x2[rows], pw.t(), out=y2[rows])
-            else:
-                torch.addmm(bias[s], x2[rows], pw.t(), out=y2[rows])
-        return y
+        groups = self._by_scale(calls)
+        bias = self._bias(module, step, k, [s for s, _ in groups])
+        zw = self._z(step, k, w, self._slot(("z", 0))) if len(groups) > 1 else None
+        for s, positions in groups:
+            pw = self._perturbed_value(w, w.data, step, k, s, self._slot(("p", 0))) if zw is None \
+                else self._combine(zw, s, w.data, self._slot(("p", 0)))
+            for j in positions:
+                x = calls[j][1]
+                calls[j] = None
+                y = x.new_empty((*x.shape[:-1], w.shape[0]))
+                x2, y2 = x.reshape(-1, x.shape[-1]), y.view(-1, w.shape[0])
+                if bias[s] is None:
+                    torch.mm(x2, pw.t(), out=y2)
+                else:
+                    torch.addmm(bias[s], x2, pw.t(), out=y2)
+                del x, x2, y2
+                yield j, y
+                del y
 
-    def _embedding(self, module, step, k, signs, ids):
-        """A big embedding: only the looked-up rows of z are drawn; each sign gathers from its rows."""
+    def _embedding(self, module, step, k, calls):
+        """A big embedding: only the rows of z that the calls look up are drawn (once for all)."""
         w = module.weight
-        parts = self._parts(ids.reshape(-1, 1), module, signs)
-        rows, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        flat = [ids.reshape(-1) for _, ids in calls]
+        shapes = [ids.shape for _, ids in calls]
+        rows, inverse = torch.unique(torch.cat(flat), return_inverse=True)
+        offsets = np.cumsum([0] + [f.numel() for f in flat])
+        del flat
         z = self.direction_rows(step, k, self._index[id(w)], rows)
         base = w.data[rows]
-        y = torch.empty((ids.numel(), w.shape[1]), device=w.device, dtype=w.dtype)
-        inverse = inverse.reshape(-1)
-        for s, part in zip(signs, parts):
-            torch.index_select(_perturb(z, s, base), 0, inverse[part], out=y[part])
-        return y.view(*ids.shape, w.shape[1])
+        for s, positions in self._by_scale(calls):
+            value = _perturb(z, s, base)
+            for j in positions:
+                calls[j] = None
+                out = torch.index_select(value, 0, inverse[offsets[j]:offsets[j + 1]]).view(*shapes[j], w.shape[1])
+                yield j, out
+                del out
 
-    def _linear_big(self, module, step, k, signs, x):
-        """A Linear too big to perturb whole (a tied LM head): blocks of output rows, z drawn once per block."""
+    def _linear_big(self, module, step, k, calls):
+        """A Linear too big to perturb whole (a tied LM head): blocks of output rows, z drawn once per block
+        for every call (so every call's output exists until the last block)."""
         w = module.weight
         i = self._index[id(w)]
         lay = self._layouts[i]
-        parts = self._parts(x, module, signs)
-        bias = self._bias(module, step, k, signs)
-        y = x.new_empty((*x.shape[:-1], lay.rows))
-        x2, y2 = x.reshape(-1, x.shape[-1]), y.view(-1, lay.rows)
+        groups = self._by_scale(calls)
+        bias = self._bias(module, step, k, [s for s, _ in groups])
+        xs = [x.reshape(-1, x.shape[-1]) for _, x in calls]
+        ys = [x.new_empty((*x.shape[:-1], lay.rows)) for _, x in calls]
+        calls[:] = [None] * len(calls)
         per_block = max(1, _BLOCK_VALUES // (lay.per_chunk * lay.row))
-        z = self._buffer("zblock", (per_block * lay.per_chunk, lay.row), w.device)
+        z = self._buffer(self._slot("zblock"), (per_block * lay.per_chunk, lay.row), w.device)
         for first in range(0, lay.n_chunks, per_block):
             last = min(first + per_block, lay.n_chunks)
             a, e = lay.chunk_rows(first)[0], lay.chunk_rows(last - 1)[1]
             self._fill((step, k, i), z[:e - a], first, last)
-            for s, part in zip(signs, parts):
-                y2[part, a:e] = F.linear(x2[part], self._combine(z[:e - a], s, w.data[a:e], ("pblock", e - a)),
-                                         None if bias[s] is None else bias[s][a:e])
-        return y
+            for s, positions in groups:
+                pw = self._combine(z[:e - a], s, w.data[a:e], self._slot(("pblock", e - a)))
+                b = None if bias[s] is None else bias[s][a:e]
+                for j in positions:
+                    ys[j].view(-1, lay.rows)[:, a:e] = F.linear(xs[j], pw, b)
+        del xs
+        for j in range(len(ys)):
+            y, ys[j] = ys[j], None
+            yield j, y
+            del y
 
     # -- update -----------------------------------------------------------
     @torch.no_grad()
@@ -532,37 +655,6 @@ def _perturb(z: torch.Tensor, scale: float, base: torch.Tensor) -> torch.Tensor:
     return t if base.dtype == torch.float32 else t.to(base.dtype)
 
 
-def _split_halves(module, args: tuple, kwargs: dict):
-    """Split every batch-major tensor argument of a doubled batch into its two halves."""
-    found = False
-
-    def halves(x):
-        nonlocal found
-        if isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] % 2 == 0 and x.shape[0] > 0:
-            found = True
-            h = x.shape[0] // 2
-            return x[:h], x[h:]
-        return x, x
-
-    pa, ma = zip(*[halves(a) for a in args]) if args else ((), ())
-    pk, mk = {}, {}
-    for key, value in kwargs.items():
-        pk[key], mk[key] = halves(value)
-    if not found:
-        raise RuntimeError(f"paired evaluation: {type(module).__name__} received no batch-major tensor input")
-    return (tuple(pa), pk), (tuple(ma), mk)
-
-
-def _cat_halves(plus, minus):
-    if isinstance(plus, torch.Tensor):
-        return torch.cat([plus, minus], dim=0)
-    if isinstance(plus, tuple):
-        return tuple(_cat_halves(a, b) for a, b in zip(plus, minus))
-    if plus is None:
-        return None
-    raise RuntimeError(f"paired evaluation: cannot join module outputs of type {type(plus).__name__}")
-
-
 @torch.inference_mode()
 def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: float,
                       batches: Sequence, loss_fn: Callable, n_rows: int, device,
@@ -578,22 +670,25 @@ def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: 
     g = np.zeros((num_directions, n_rows), dtype=np.float64)
     loss_sum, count = 0.0, 0
     moved = [batch.to(device) for batch in batches]
-    # full fine-tuning: one doubled forward per micro-batch evaluates both signs from one z
-    paired = perturber.pairable and all(b.targets is not None or b.labels is not None for b in moved)
+    # cached: one perturbed block per sign over every micro-batch; uncached: waves of `lockstep`
+    # micro-batches whose + and - forwards share each draw of z (0: every forward on its own)
+    wave = len(moved) if perturber.cache else perturber.lockstep
     for k in range(num_directions):
-        if paired:
-            plus, minus = [], []
-            with perturber.paired(step, k, mu):
-                for b in moved:
-                    both = loss_fn(b.doubled()).double()
-                    plus.append(both[:len(b)])
-                    minus.append(both[len(b):])
-        else:  # one perturbed block per direction and sign, over every micro-batch
-            with perturber.perturbed(step, k, +mu):
-                plus = [loss_fn(b).double() for b in moved]
-            with perturber.perturbed(step, k, -mu):
-                minus = [loss_fn(b).double() for b in moved]
+        plus, minus = [], []
+        if wave == 0:
+            for b in moved:
+                plus += perturber.evaluate(step, k, [(+mu, partial(loss_fn, b))])
+            for b in moved:
+                minus += perturber.evaluate(step, k, [(-mu, partial(loss_fn, b))])
+        else:
+            for start in range(0, len(moved), wave):
+                part = moved[start:start + wave]
+                out = perturber.evaluate(step, k, [(+mu, partial(loss_fn, b)) for b in part]
+                                         + [(-mu, partial(loss_fn, b)) for b in part])
+                plus += out[:len(part)]
+                minus += out[len(part):]
         for batch, lp, lm in zip(batches, plus, minus):
+            lp, lm = lp.double(), lm.double()
             rows = np.asarray(batch.index)
             g[k, rows] = ((lp - lm) / (2.0 * mu)).cpu().numpy()
             if k == 0:

@@ -1,7 +1,6 @@
 """The training loop end to end on tiny models: every mechanism, both tracks, both tasks, resume."""
 import json
 
-import numpy as np
 import pytest
 import torch
 
@@ -73,8 +72,6 @@ def test_tracks_move_only_trainable_weights(tmp_path, track):
 
 
 def test_squad_both_objectives(tmp_path):
-    import paczero.tasks.data as data
-
     rows = []
     for i in range(20):
         ctx = f"The capital of land {i} is city{i}. It has {i} rivers."

@@ -132,43 +132,151 @@ def test_direction_chunks_rows_and_threads():
     pert.remove()
 
 
-def _scalars(lm, params, batches, task, pair=True, **kw):
+def _scalars(lm, params, batches, task, **kw):
     from paczero.zo import two_point_scalars
-    pert = Perturber(lm.model, params, public_seed=4, paired=pair, **kw)
+    pert = Perturber(lm.model, params, public_seed=4, **kw)
     g, loss = two_point_scalars(pert, 1, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 10, "cpu")
-    pairable = pert.pairable
     pert.remove()
-    return g, loss, pairable
+    return g, loss
+
+
+def _squad_like(n=10):
+    words = ["river", "seven", "blue", "Paris", "winter", "gold", "north", "piano", "three", "salt"]
+    return [{"id": str(j), "title": w, "context": f"The answer is {w}. " * (1 + j % 3),
+             "question": f"What is item {j}?", "answers": [w]} for j, w in enumerate(words[:n])]
 
 
 @pytest.mark.parametrize("name", ["tiny-opt", "tiny-llama", "tiny-gpt2"])
 @pytest.mark.parametrize("task_name", ["demo", "squad"])
-def test_paired_forward_matches_cached_scalars(name, task_name):
-    """One doubled forward (+ half, - half) gives the scalars of two separate passes: also when every
-    tensor counts as big (row-drawn embeddings, Linear layers evaluated in blocks of output rows)."""
+def test_lockstep_and_sequential_match_cached_bit_for_bit(name, task_name):
+    """Lock-step waves (1 or 3 micro-batches at both signs, one draw of z per module) and one forward at a
+    time give exactly the cached block's scalars and loss: also when every tensor counts as big
+    (row-drawn embeddings, Linear layers evaluated in blocks of output rows)."""
     from paczero.tasks import build_task, load_splits
     lm = load_model(name, track="ft")
     task = build_task(task_name, lm.tokenizer)
-    if task_name == "squad":
-        words = ["river", "seven", "blue", "Paris", "winter", "gold", "north", "piano", "three", "salt"]
-        train = [{"id": str(j), "title": w, "context": f"The answer is {w}. " * (1 + j % 3),
-                  "question": f"What is item {j}?", "answers": [w]} for j, w in enumerate(words)]
-    else:
-        train, _, _ = load_splits(task_name, n_train=10, n_dev=1, n_test=1)
+    train = _squad_like() if task_name == "squad" else load_splits(task_name, n_train=10, n_dev=1, n_test=1)[0]
     batches = task.make_batches(task.encode(train), token_budget=96)
+    assert len(batches) >= 3
     params = trainable_parameters(lm.model, "ft")
-    ref, ref_loss, _ = _scalars(lm, params, batches, task, cache_limit=1 << 30)
-    for big in (1 << 22, 1000):
-        for pair in (True, False):
-            g, loss, pairable = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, pair=pair)
-            assert pairable == pair
-            np.testing.assert_allclose(g, ref, rtol=1e-3, atol=2e-3 * np.abs(ref).max())
-            assert abs(loss - ref_loss) <= 1e-5 * abs(ref_loss)
+    ref, ref_loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
     assert np.all(ref != 0)
+    for big in (1 << 22, 1000):
+        for lockstep in (0, 1, 3):
+            g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
+            assert np.array_equal(g, ref) and loss == ref_loss, (big, lockstep)
+
+
+def _count_draws(monkeypatch) -> list:
+    """Record the number of z values drawn by each fill (the cost lock-step saves)."""
+    drawn = []
+    fill = Perturber._fill
+
+    def counting(self, key, out, first, last, *a, **kw):
+        drawn.append(out.numel())
+        return fill(self, key, out, first, last, *a, **kw)
+
+    monkeypatch.setattr(Perturber, "_fill", counting)
+    return drawn
+
+
+def test_lockstep_draws_each_direction_once_per_wave(monkeypatch):
+    from paczero.tasks import build_task, load_splits
+    from paczero.zo import two_point_scalars
+    lm = load_model("tiny-llama", track="ft")
+    task = build_task("demo", lm.tokenizer)
+    train, _, _ = load_splits("demo", n_train=12, n_dev=1, n_test=1)
+    batches = task.make_batches(task.encode(train), token_budget=64)
+    n_b = len(batches)
+    assert n_b >= 4
+    params = trainable_parameters(lm.model, "ft")
+    drawn = _count_draws(monkeypatch)
+    totals = {}
+    for lockstep in (0, 1, n_b):
+        drawn.clear()
+        pert = Perturber(lm.model, params, public_seed=4, cache_limit=0, lockstep=lockstep)
+        two_point_scalars(pert, 1, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 12, "cpu")
+        totals[lockstep] = sum(drawn)
+    # 2 forwards per micro-batch draw z each; a wave of L micro-batches draws it once for its 2L forwards
+    assert totals[0] == 2 * n_b * totals[n_b]
+    assert totals[1] == n_b * totals[n_b]
+
+
+class _Nested(torch.nn.Module):
+    """Owner modules inside owner modules, a row-mixing owner, and routing that depends on the data."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.scale = torch.nn.Parameter(torch.rand(4, generator=g) + 0.5)
+        self.inner = torch.nn.Linear(4, 4)
+        self.odd = torch.nn.Linear(4, 4, bias=False)
+        self.even = torch.nn.Linear(4, 4, bias=False)
+
+    def forward(self, x):  # owns `scale` and calls its children: a generic owner around owners
+        h = self.inner(x * self.scale)
+        h = h - h.mean(0, keepdim=True) * self.scale  # mixes rows
+        return self.odd(h) if int(x[0, 0] > 0) else self.even(h)
+
+
+class _Top(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = _Nested()
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.block(x)))[:, 0]
+
+
+def test_lockstep_nested_row_mixing_and_data_dependent_owners():
+    """Jobs that meet at different modules are served group by group; nested owners evaluate at their
+    caller's scale; every path gives the in-place reference exactly."""
+    torch.manual_seed(0)
+    model = _Top()
+    params = list(model.named_parameters())
+    xs = [torch.randn(3, 4) for _ in range(4)]
+    xs[0][0, 0], xs[1][0, 0], xs[2][0, 0], xs[3][0, 0] = 1.0, -1.0, 1.0, -1.0  # two routes
+    results = {}
+    for label, kw in [("cached", dict(cache_limit=1 << 30)), ("lockstep", dict(cache_limit=0))]:
+        pert = Perturber(model, params, public_seed=1, **kw)
+        with torch.inference_mode():
+            jobs = [(s, (lambda x=x: model(x))) for s in (1e-2, -1e-2) for x in xs]
+            results[label] = pert.evaluate(3, 0, jobs)
+        assert all("forward" not in m.__dict__ for m in model.modules())
+    ref = Perturber(model, params, public_seed=1, cache_limit=1 << 30)
+    before = [p.detach().clone() for _, p in params]
+    for j, s in enumerate([1e-2] * 4 + [-1e-2] * 4):
+        with torch.no_grad():
+            for i, (_, p) in enumerate(params):
+                p.copy_(before[i] + ref.direction(3, 0, i) * s)
+            expected = model(xs[j % 4])
+            for i, (_, p) in enumerate(params):
+                p.copy_(before[i])
+        assert torch.equal(results["cached"][j], expected)
+        assert torch.equal(results["lockstep"][j], expected)
+
+
+def test_lockstep_error_in_one_job_propagates_and_cleans_up():
+    model = _Top()
+    params = list(model.named_parameters())
+    pert = Perturber(model, params, public_seed=1, cache_limit=0)
+
+    def bad():
+        model(torch.randn(2, 4))
+        raise ValueError("boom")
+
+    with torch.inference_mode():
+        with pytest.raises(ValueError, match="boom"):
+            pert.evaluate(0, 0, [(1e-3, lambda: model(torch.randn(2, 4))), (-1e-3, bad),
+                                 (-1e-3, lambda: model(torch.randn(2, 4)))])
+        assert all("forward" not in m.__dict__ for m in model.modules()) and not pert._members
+        out = pert.evaluate(0, 0, [(1e-3, lambda: model(torch.ones(2, 4))), (-1e-3, lambda: model(torch.ones(2, 4)))])
+    assert out[0].shape == (2,) and not torch.equal(out[0], out[1])
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
-def test_paired_restoration_is_bit_exact(dtype):
+def test_lockstep_restoration_is_bit_exact(dtype):
     from paczero.tasks import build_task, load_splits
     from paczero.zo import two_point_scalars
     lm = load_model("tiny-llama", track="ft", dtype=dtype)
@@ -177,27 +285,10 @@ def test_paired_restoration_is_bit_exact(dtype):
     batches = task.make_batches(task.encode(train), token_budget=64)
     params = trainable_parameters(lm.model, "ft")
     before = [p.detach().clone() for _, p in params]
-    pert = Perturber(lm.model, params, public_seed=2, cache_limit=0, big_values=1000, paired=True)
+    pert = Perturber(lm.model, params, public_seed=2, cache_limit=0, big_values=1000, lockstep=2)
     for step in range(5):
         two_point_scalars(pert, step, 1, 1e-3, batches, lambda b: task.losses(lm.model, b), 6, "cpu")
         pert.apply_update(step, [1.0], lr=0.0)
     assert all(torch.equal(p.detach(), b) for (_, p), b in zip(params, before))
     assert all("forward" not in m.__dict__ for m in lm.model.modules())  # overrides removed
     pert.remove()
-
-
-def test_paired_refuses_modules_that_mix_rows():
-    class Mixer(torch.nn.Module):  # owns a parameter and mixes rows: not row-separable
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.ones(3))
-
-        def forward(self, x):
-            return x.mean(0, keepdim=True) * self.w
-
-    m = Mixer()
-    pert = Perturber(m, [("w", m.w)], public_seed=0, cache_limit=0, paired=True)
-    assert not pert.pairable
-    with pytest.raises(RuntimeError, match="row-separable"):
-        with pert.paired(0, 0, 1e-3):
-            pass

@@ -74,20 +74,6 @@ class Batch:
             moved[f.name] = value
         return Batch(**moved)
 
-    def doubled(self) -> "Batch":
-        """``[b; b]``: every row twice, first all rows then all rows again (the paired ± forward)."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, torch.Tensor):
-                value = torch.cat([value, value], dim=0)
-            elif f.name == "index":
-                value = np.concatenate([np.asarray(value), np.asarray(value)])
-            elif isinstance(value, tuple):
-                value = value + value
-            out[f.name] = value
-        return Batch(**out)
-
 
 def prompt_prefix(tokenizer) -> list[int]:
     """The BOS token the tokenizer adds by default, or nothing.
