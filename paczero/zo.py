@@ -704,10 +704,9 @@ def padding_cap(perturber: "Perturber | Sequence[tuple[str, torch.nn.Parameter]]
     """The micro-batch padding cap (``max_padding`` of ``task.make_batches``) for the ZO step.
 
     Micro-batches normally close before padding exceeds 10 %. Full fine-tuning on
-    CPU is the exception: it regenerates z at every module call of every
-    micro-batch (no z is stored), and on CPU that costs more than padding, so
-    there micro-batches are filled to the token budget instead (the paired
-    path then doubles each of them). Takes the
+    CPU is the exception: it regenerates z once per forward (or once per lock-step
+    wave), and on CPU that costs more than padding, so there micro-batches are
+    filled to the token budget instead (fewer, longer forwards). Takes the
     Perturber, or the trainable (name, parameter) list it would be built from.
     """
     cached = perturber.cache if isinstance(perturber, Perturber) else \
