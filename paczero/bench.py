@@ -99,13 +99,19 @@ class Harness:
 
     def padding_cap(self) -> float | None:
         """The loop's micro-batch padding cap (see paczero.zo.padding_cap)."""
+        from paczero.zo import padding_cap
+
+        return padding_cap(self.get_perturber(), self.cfg.device)
+
+    def get_perturber(self):
+        """The model's Perturber (built once)."""
         from paczero.models import trainable_parameters
-        from paczero.zo import Perturber, padding_cap
+        from paczero.zo import Perturber
 
         if self.perturber is None:
             self.perturber = Perturber(self.model, trainable_parameters(self.model, self.cfg.track), self.cfg.seed,
                                        lockstep=self.cfg.lockstep)
-        return padding_cap(self.perturber, self.cfg.device)
+        return self.perturber
 
     def sync(self) -> None:
         import torch
@@ -139,13 +145,11 @@ class Harness:
     def runner(self, num_subsets: int, dp=None, n: int | None = None) -> Callable[[int], dict]:
         """The real loop body as a function of the step number, with a fresh mechanism; returns part timings."""
         from paczero.distributed import Single
-        from paczero.models import trainable_parameters
-        from paczero.zo import Perturber, stability_clip
+        from paczero.zo import stability_clip
 
         dp = dp or Single()
         c = self.cfg
-        if self.perturber is None:
-            self.perturber = Perturber(self.model, trainable_parameters(self.model, c.track), c.seed, lockstep=c.lockstep)
+        self.get_perturber()
         n = n or self.cfg.n
         universe, full_batches = self.data_for(n)
         mech = self.mechanism(num_subsets, n) if dp.is_main else None

@@ -198,7 +198,6 @@ class Perturber:
             own = [p for p in module.parameters(recurse=False) if id(p) in self._index]
             if own:
                 self._owner_modules.append((module, own))
-        self.n_owners = len(self._owner_modules)
         if int(lockstep) < 0:
             raise ValueError("lockstep must be >= 0")
         #: micro-batches per lock-step wave of two_point_scalars (uncached; cached: every micro-batch)
@@ -228,19 +227,14 @@ class Perturber:
         if base is not None:
             flat_base = base.reshape(-1, lay.row) if lay.shape else base.reshape(1, 1)
         r0 = lay.chunk_rows(first)[0]
-        device = out.device
-
-        def work(lo: int, hi: int) -> None:
-            gen = _POOL.generator(device)
-            for c in range(first + lo, first + hi):
-                a, b = lay.chunk_rows(c)
-                t = flat[a - r0:b - r0]
-                gen.manual_seed(int(seeds[c]))
-                t.normal_(generator=gen)
-                if flat_base is not None:
-                    t.mul_(scale).add_(flat_base[a - r0:b - r0])
-
-        work(0, last - first)
+        gen = _POOL.generator(out.device)
+        for c in range(first, last):
+            a, b = lay.chunk_rows(c)
+            t = flat[a - r0:b - r0]
+            gen.manual_seed(int(seeds[c]))
+            t.normal_(generator=gen)
+            if flat_base is not None:
+                t.mul_(scale).add_(flat_base[a - r0:b - r0])
 
     def direction(self, step: int, k: int, i: int) -> torch.Tensor:
         """z for parameter i (fp32, on the parameter's device). Cached: do not modify it."""
@@ -265,18 +259,10 @@ class Perturber:
         chunk_of = torch.div(rows, lay.per_chunk, rounding_mode="floor")
         needed = torch.unique(chunk_of).tolist()
         buf = torch.empty((len(needed) * lay.per_chunk, lay.row), device=self.params[i].device)
-        key = (step, k, i)
-        lay_seeds = self._chunk_seeds(key)
         device = buf.device
-
-        def work(lo: int, hi: int) -> None:
-            gen = _POOL.generator(device)
-            for j in range(lo, hi):
-                a, b = lay.chunk_rows(needed[j])
-                gen.manual_seed(int(lay_seeds[needed[j]]))
-                buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)].normal_(generator=gen)
-
-        work(0, len(needed))
+        for j, c in enumerate(needed):
+            a, b = lay.chunk_rows(c)
+            self._fill((step, k, i), buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)], c, c + 1)
         slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=rows.device)
         slot[torch.tensor(needed, dtype=torch.int64, device=rows.device)] = torch.arange(
             len(needed), dtype=torch.int64, device=rows.device)
@@ -670,17 +656,17 @@ def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: 
     g = np.zeros((num_directions, n_rows), dtype=np.float64)
     loss_sum, count = 0.0, 0
     moved = [batch.to(device) for batch in batches]
-    # cached: one perturbed block per sign over every micro-batch; uncached: waves of `lockstep`
-    # micro-batches whose + and - forwards share each draw of z (0: every forward on its own)
-    wave = len(moved) if perturber.cache else perturber.lockstep
+    # one perturbed block per sign over every micro-batch (cached, or lockstep 0); otherwise waves
+    # of `lockstep` micro-batches whose + and - forwards share each draw of z
+    wave = 0 if perturber.cache else perturber.lockstep
     for k in range(num_directions):
-        plus, minus = [], []
         if wave == 0:
-            for b in moved:
-                plus += perturber.evaluate(step, k, [(+mu, partial(loss_fn, b))])
-            for b in moved:
-                minus += perturber.evaluate(step, k, [(-mu, partial(loss_fn, b))])
+            with perturber.perturbed(step, k, +mu):
+                plus = [loss_fn(b) for b in moved]
+            with perturber.perturbed(step, k, -mu):
+                minus = [loss_fn(b) for b in moved]
         else:
+            plus, minus = [], []
             for start in range(0, len(moved), wave):
                 part = moved[start:start + wave]
                 out = perturber.evaluate(step, k, [(+mu, partial(loss_fn, b)) for b in part]
