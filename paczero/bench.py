@@ -5,8 +5,9 @@ examples of the universe. ``paczero bench`` measures, for one model, task,
 track, N, dtype and device, in the same process:
 
 (a) ``floor_s``: one inference pass computing the per-sample losses of all N
-    examples at theta (``task.losses`` over the prebuilt micro-batches, no
-    perturbation); median of ``steps`` passes after a warm-up;
+    examples at theta (``task.losses``, no perturbation) over the inference
+    micro-batches (the task's default, padding capped at 10 %), whatever
+    batching the step itself uses; median of ``steps`` passes after a warm-up;
 (b) ``step_s``: the median time of the real loop body (mechanism subsample,
     two-point scalars, stability clip, ``mechanism.step``, ``apply_update``);
 (c) ``ratio = step_s / (2 * floor_s)`` (goal: <= 1.15), the median of the
@@ -85,6 +86,8 @@ class Harness:
         self.perturber = None
         self.data: dict[int, tuple[list, list]] = {}
         self.universe, self.batches = self.data_for(cfg.n)
+        #: the floor's micro-batches: the inference batching (padding cap 10 %), never the step's own choice
+        self.floor_batches = self.task.make_batches(self.universe, token_budget=cfg.token_budget, max_padding=0.1)
 
     def data_for(self, n: int) -> tuple[list, list]:
         """The universe of size ``n`` (the task's examples cycled) and its micro-batches."""
@@ -125,7 +128,7 @@ class Harness:
 
         t0, c0 = time.perf_counter(), time.process_time()
         with torch.inference_mode():
-            for batch in self.batches:
+            for batch in self.floor_batches:
                 self.task.losses(self.model, batch.to(self.cfg.device)).cpu()
         self.sync()
         self.last_cpu_s = time.process_time() - c0
@@ -209,8 +212,11 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     res["micro_batches"] = len(h.batches)
     res["tokens"] = sum(int(b.attention_mask.sum()) for b in h.batches)
     res["padded_tokens"] = sum(b.num_tokens for b in h.batches)
+    res["floor_micro_batches"] = len(h.floor_batches)
+    res["floor_padded_tokens"] = sum(b.num_tokens for b in h.floor_batches)
     log(f"bench: {cfg.model} {cfg.track} {cfg.dtype} on {model_device(h.model)}, N={cfg.n}, M={cfg.num_subsets}, "
-        f"{len(h.batches)} micro-batches, {torch.get_num_threads()} threads (set-up {time.perf_counter() - t:.1f}s)")
+        f"{len(h.batches)} micro-batches ({len(h.floor_batches)} for the floor), {torch.get_num_threads()} threads "
+        f"(set-up {time.perf_counter() - t:.1f}s)")
 
     # Floor passes and steps alternate, and the ratio is the median of the per-pair ratios,
     # so that a change in the machine's load hits both sides of a ratio alike.
