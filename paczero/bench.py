@@ -86,8 +86,9 @@ class Harness:
         self.perturber = None
         self.data: dict[int, tuple[list, list]] = {}
         self.universe, self.batches = self.data_for(cfg.n)
-        #: the floor's micro-batches: the inference batching (padding cap 10 %), never the step's own choice
-        self.floor_batches = self.task.make_batches(self.universe, token_budget=cfg.token_budget, max_padding=0.1)
+        #: the floor's micro-batches: the task's inference batching (its default padding cap of 10 %),
+        #: never the step's own choice
+        self.floor_batches = self.task.make_batches(self.universe, token_budget=cfg.token_budget)
 
     def data_for(self, n: int) -> tuple[list, list]:
         """The universe of size ``n`` (the task's examples cycled) and its micro-batches."""
