@@ -354,3 +354,56 @@ def test_lora_wrapped_model_runs_both_tasks(tokenizer):
     (batch,) = qa.make_batches(qa.encode(QA), token_budget=10_000, max_padding=None)
     with torch.inference_mode():
         assert qa.losses(peft_model, batch).shape == (3,)
+
+
+# -- single-token scoring reads only the option rows of a tied head ---------------------------------
+def _tied_llama(vocab):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("kind", ["tied-llama", "opt", "gpt2", "untied-llama"])
+def test_single_token_scores_skip_the_vocabulary_on_tied_heads(tokenizer, kind):
+    """With a tied head the LM head is never called (only the option rows are used) and the loss is still the
+    definition's (cross-entropy over full-vocabulary log-probs); an untied head takes the model's own forward."""
+    from paczero.tasks.batching import _rows_route
+
+    model = _tied_llama(len(tokenizer)) if kind == "tied-llama" else tiny_model(kind.split("-")[-1], len(tokenizer))
+    calls = []
+    model.get_output_embeddings().register_forward_hook(lambda *args: calls.append(1))
+    task = build_task("sst2", tokenizer)
+    got = all_losses(task, model, EXAMPLES, token_budget=48)
+    assert (_rows_route(model) is None) == (kind == "untied-llama")
+    assert bool(calls) == (kind == "untied-llama")
+    calls.clear()
+    want = reference_classification_losses(task, model, EXAMPLES)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_option_rows_are_perturbed_like_the_full_head(tokenizer, monkeypatch, cached):
+    """Under a perturbed evaluation the option rows come through the (rerouted) embedding: the losses equal
+    those of the full-vocabulary path at the same perturbation, cached or not. A path reading the head's
+    weight directly would see the unperturbed rows on the uncached path and fail here."""
+    import paczero.tasks.batching as batching
+    from paczero.zo import Perturber
+
+    model = tiny_model("opt", len(tokenizer))
+    task = build_task("sst2", tokenizer)
+    batch = task.make_batches(task.encode(EXAMPLES), token_budget=4096)[0]
+    params = [(n, p) for n, p in model.named_parameters()]
+    pert = Perturber(model, params, public_seed=5, cache_limit=(1 << 30) if cached else 0)
+    out = {}
+    for route in ("rows", "full"):
+        if route == "full":
+            monkeypatch.setattr(batching, "_PLAIN_HEAD_TYPES", frozenset())
+        with torch.inference_mode(), pert.perturbed(0, 0, 0.5):
+            out[route] = task.losses(model, batch)
+    with torch.inference_mode():
+        clean = task.losses(model, batch)
+    assert not torch.allclose(out["rows"], clean, atol=1e-3)  # the perturbation is large enough to show
+    torch.testing.assert_close(out["rows"], out["full"], atol=1e-5, rtol=1e-5)

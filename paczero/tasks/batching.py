@@ -204,6 +204,48 @@ def forward_logits(model, batch: Batch, keep: int) -> torch.Tensor:
     return out.logits[:, -keep:].float()
 
 
+#: model types whose logits are ``lm_head(body(...).last_hidden_state)`` with no post-processing
+#: (no softcapping, logit scale or scaled embedding), so a tied head's rows can be read from the embedding
+_PLAIN_HEAD_TYPES = frozenset({"opt", "llama", "gpt2"})
+
+
+def _rows_route(model):
+    """``(body, embedding)`` when the logits of a few token ids can be formed from the input embedding's
+    rows (a plain, bias-free LM head tied to the input embedding, known model type); else None."""
+    hf = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrapper -> HF model
+    config = getattr(hf, "config", None)
+    if getattr(config, "model_type", None) not in _PLAIN_HEAD_TYPES:
+        return None
+    head, emb = hf.get_output_embeddings(), hf.get_input_embeddings()
+    body = getattr(hf, "base_model", None)
+    if (body is None or body is hf or not isinstance(head, torch.nn.Linear) or head.bias is not None
+            or not isinstance(emb, torch.nn.Embedding) or head.weight is not emb.weight):
+        return None
+    return body, emb
+
+
+def token_logits(model, batch: Batch, token_ids: torch.Tensor) -> torch.Tensor:
+    """fp32 logits ``[B, len(token_ids)]`` of the given token ids at the last position.
+
+    With a tied, plain LM head only those rows of the head are used: the body's
+    last hidden state times the embedding's rows for ``token_ids``, looked up
+    *through the embedding module*, so a perturbed evaluation (``paczero.zo``)
+    sees the perturbed rows and never forms, draws or multiplies the full
+    vocabulary. Any other model projects the last position through its own
+    forward and reads the columns.
+    """
+    route = _rows_route(model)
+    if route is None:
+        logits = forward_logits(model, batch, 1)[:, -1]
+        return logits[:, token_ids.to(logits.device)]
+    body, emb = route
+    out = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+               position_ids=batch.position_ids, use_cache=False)
+    hidden = out.last_hidden_state[:, -1]  # [B, d]
+    rows = emb(token_ids.to(hidden.device))  # [C, d]
+    return (hidden @ rows.t()).float()
+
+
 def target_logprobs(model, batch: Batch) -> torch.Tensor:
     """Mean log-probability of each row's target tokens (teacher forcing), fp32 ``[R]``.
 

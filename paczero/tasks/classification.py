@@ -7,8 +7,13 @@ per-sample loss is the cross-entropy of the label over the class scores and the
 prediction is their argmax.
 
 When every option is one token, one forward of the prompt alone gives all
-scores: left padding puts the prediction position last, so the model projects
-only that position (``logits_to_keep=1``) and the option ids are read from it.
+scores: left padding puts the prediction position last, and only the option
+tokens' logits at that position are computed (for a tied LM head, only their
+rows of the head; :func:`paczero.tasks.batching.token_logits`). The scores are
+then those logits: they differ from the option log-probabilities by the
+full-vocabulary normaliser, one constant per row, which cancels in the
+cross-entropy over classes and in the argmax, so the loss and the prediction
+are the ones of the log-probabilities without ever touching the vocabulary.
 Otherwise each example gets one row per option (``prompt + option[:-1]``) and
 the last ``max option length`` positions score the option tokens, still batched.
 """
@@ -26,7 +31,6 @@ from paczero.tasks.batching import (
     Batch,
     Encoded,
     collect,
-    forward_logits,
     left_pad,
     model_device,
     pad_token_id,
@@ -34,6 +38,7 @@ from paczero.tasks.batching import (
     prompt_prefix,
     right_align,
     target_logprobs,
+    token_logits,
     tokenize,
     truncate_left,
 )
@@ -157,11 +162,10 @@ class ClassificationTask:
 
     # -- scoring --------------------------------------------------------------
     def scores(self, model, batch: Batch) -> torch.Tensor:
-        """Class scores ``[B, C]`` (mean option log-prob), fp32."""
+        """Class scores ``[B, C]``, fp32: the mean option log-prob, or for single-token options their
+        logits (the log-probs up to one constant per row: same cross-entropy over classes, same argmax)."""
         if batch.targets is None:
-            logits = forward_logits(model, batch, 1)[:, -1]  # [B, V]
-            option_ids = self._option_tensor.to(logits.device)
-            return logits[:, option_ids] - torch.logsumexp(logits, dim=-1, keepdim=True)
+            return token_logits(model, batch, self._option_tensor)
         return target_logprobs(model, batch).view(len(batch.index), self.num_classes)
 
     def losses(self, model, batch: Batch) -> torch.Tensor:
