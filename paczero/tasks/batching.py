@@ -242,7 +242,7 @@ def token_logits(model, batch: Batch, token_ids: torch.Tensor) -> torch.Tensor:
     out = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                position_ids=batch.position_ids, use_cache=False)
     hidden = out.last_hidden_state[:, -1]  # [B, d]
-    rows = emb(token_ids.to(hidden.device))  # [C, d]
+    rows = emb(token_ids.to(hidden.device)).to(hidden.device)  # [C, d] (a sharded model's hooks may move it)
     return (hidden @ rows.t()).float()
 
 
