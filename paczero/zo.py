@@ -691,9 +691,11 @@ def padding_cap(perturber: "Perturber | Sequence[tuple[str, torch.nn.Parameter]]
 
     Micro-batches normally close before padding exceeds 10 %. Full fine-tuning on
     CPU is the exception: it regenerates z once per forward (or once per lock-step
-    wave), and on CPU that costs more than padding, so there micro-batches are
-    filled to the token budget instead (fewer, longer forwards). Takes the
-    Perturber, or the trainable (name, parameter) list it would be built from.
+    wave), so there micro-batches are filled to the token budget instead (fewer,
+    longer forwards). At N = 1000 on SmolLM2 the two choices measured the same
+    step time (docs/performance.md, fourth session) and the filled batches cost
+    memory above the inference peak, so this exception is up for removal. Takes
+    the Perturber, or the trainable (name, parameter) list it would be built from.
     """
     cached = perturber.cache if isinstance(perturber, Perturber) else \
         sum(p.numel() for _, p in perturber) <= DEFAULT_CACHE_LIMIT
