@@ -215,10 +215,7 @@ def collect_run(run_dir: str | Path) -> RunEvidence:
         raise ConfigError(f"run {str(run_dir)!r}: the design covers {design.shape[1]} records but the "
                           f"rebuilt universe has {len(setup.universe)} (data changed?)")
     params = trainable_parameters(setup.model, cfg.track)
-    from paczero.zo import padding_cap
-
-    batches = setup.task.make_batches(setup.universe, token_budget=cfg.token_budget,
-                                      max_padding=padding_cap(params, setup.device))  # as the run had them
+    batches = setup.task.make_batches(setup.universe, token_budget=cfg.token_budget)  # as the run had them
     base = _per_record_losses(setup, batches)
 
     post, check = None, None

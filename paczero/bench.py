@@ -52,7 +52,7 @@ class BenchConfig:
     dtype: str = "fp32"
     device: str = "cpu"
     token_budget: int = 4096
-    lockstep: int = 0               # full FT: micro-batches per lock-step wave of + and - forwards (0: off)
+    lockstep: int = 1               # full FT: micro-batches per lock-step wave of + and - forwards (0: off)
     num_subsets: int = 128
     mechanism: str = "pac-zpl"
     mi_budget: float = 1.0          # pac-mi only: total MI over `steps`
@@ -97,15 +97,8 @@ class Harness:
         if n not in self.data:
             pool, _, _ = load_splits(self.cfg.task, n_train=None, n_dev=0, n_test=0, seed=self.cfg.seed)
             universe = self.task.encode([pool[i % len(pool)] for i in range(n)])
-            self.data[n] = universe, self.task.make_batches(universe, token_budget=self.cfg.token_budget,
-                                                            max_padding=self.padding_cap())
+            self.data[n] = universe, self.task.make_batches(universe, token_budget=self.cfg.token_budget)
         return self.data[n]
-
-    def padding_cap(self) -> float | None:
-        """The loop's micro-batch padding cap (see paczero.zo.padding_cap)."""
-        from paczero.zo import padding_cap
-
-        return padding_cap(self.get_perturber(), self.cfg.device)
 
     def get_perturber(self):
         """The model's Perturber (built once)."""
@@ -168,7 +161,7 @@ class Harness:
             batches, rows = full_batches, n
             if idx is not None:
                 subset = [universe[i] for i in idx]
-                batches = self.task.make_batches(subset, token_budget=c.token_budget, max_padding=self.padding_cap())
+                batches = self.task.make_batches(subset, token_budget=c.token_budget)
                 rows = len(subset)
             g, _ = dp.two_point_scalars(self.perturber, step, c.num_directions, c.mu, batches,
                                         lambda b: self.task.losses(self.model, b), rows, c.device)
@@ -287,12 +280,30 @@ def _rss_peak() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _make_resident(model) -> None:
+    """Read every parameter and buffer once, so that both memory phases start with all weights resident.
+
+    ``from_pretrained`` maps a safetensors file lazily: an inference pass makes
+    resident only the pages it reads (of an embedding, the rows of the tokens it
+    looks up), while full fine-tuning writes every row. Without this, RSS charged
+    the untouched rows to training (≈ 90 MiB of SmolLM2's embedding at N = 1000;
+    docs/performance.md, fifth session).
+    """
+    import torch
+
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.numel():
+                float(t.data.sum())
+
+
 def _memory_child(cfg_dict: dict, phase: str) -> dict:
     import torch
 
     cfg = BenchConfig(**cfg_dict)
     h = Harness(cfg)
     cuda = str(cfg.device).startswith("cuda")
+    _make_resident(h.model)
     gc.collect()
     base = torch.cuda.memory_allocated() if cuda else _rss_peak()
     if cuda:

@@ -189,19 +189,18 @@ def follow(cfg, dp: DataParallel) -> dict:
     """The loop of a rank other than 0: score its share, receive the release, update. Holds no secret."""
     from paczero.models import trainable_parameters
     from paczero.train import build, step_batches
-    from paczero.zo import Perturber, padding_cap
+    from paczero.zo import Perturber
 
     setup = build(cfg)
     model, task, device = setup.model, setup.task, setup.device
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches)
-    cap = padding_cap(perturber, device)
-    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget, max_padding=cap)
+    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
     dp.sync_weights(params)
     steps = 0
     while (msg := dp.receive()) is not None:
         step, idx = msg
-        batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget, cap)
+        batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
         dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
                              lambda b: task.losses(model, b), rows, device)
         coefs, lr = dp.receive_release()

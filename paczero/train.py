@@ -146,13 +146,13 @@ def data_fingerprint(setup: Setup) -> str:
     return h.hexdigest()
 
 
-def step_batches(task, universe: list, full_batches: list, idx, token_budget: int, cap) -> tuple[list, int]:
+def step_batches(task, universe: list, full_batches: list, idx, token_budget: int) -> tuple[list, int]:
     """The micro-batches a step scores and their row count: the prebuilt ones for the whole
     universe (``idx is None``), else those of the mechanism's subsample (possibly empty)."""
     if idx is None:
         return full_batches, len(universe)
     subset = [universe[i] for i in idx]
-    batches = task.make_batches(subset, token_budget=token_budget, max_padding=cap) if subset else []
+    batches = task.make_batches(subset, token_budget=token_budget) if subset else []
     return batches, len(subset)
 
 
@@ -204,7 +204,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     from paczero.models import trainable_parameters
     from paczero.subsets import private_generator
     from paczero.distributed import follow, init_from_env
-    from paczero.zo import Perturber, padding_cap, stability_clip
+    from paczero.zo import Perturber, stability_clip
 
     from paczero.models import check_model_source
 
@@ -234,8 +234,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
     saved_design = found[3]["mechanism"].get("design") if found else None
     mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design)
-    cap = padding_cap(perturber, device)
-    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget, max_padding=cap)
+    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
     log_path, eval_path = run_dir / "log.jsonl", run_dir / "evals.jsonl"
 
     start, best, zero_shot, cum_time = 0, None, None, 0.0
@@ -270,7 +269,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
             t0 = time.time()
             idx = mechanism.batch_indices(n)
             dp.announce(step, idx)
-            batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget, cap)
+            batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
             g, train_loss = dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
                                                  lambda b: task.losses(model, b), rows, device)
             releases = mechanism.step(stability_clip(g, cfg.clip))

@@ -90,7 +90,7 @@ DEFAULT_CACHE_LIMIT = 1 << 24
 #: uncached: an embedding or Linear above this many values is never perturbed whole
 DEFAULT_BIG_VALUES = 1 << 22
 #: uncached: micro-batches whose + and - forwards run in lock-step (one draw of z per module for all)
-DEFAULT_LOCKSTEP = 0
+DEFAULT_LOCKSTEP = 1
 #: values per block of output rows of such a Linear
 _BLOCK_VALUES = 1 << 20
 
@@ -684,24 +684,6 @@ def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: 
                 if batch_losses is not None:
                     batch_losses.append(batch_sum)
     return g, loss_sum / max(count, 1)
-
-
-def padding_cap(perturber: "Perturber | Sequence[tuple[str, torch.nn.Parameter]]", device) -> float | None:
-    """The micro-batch padding cap (``max_padding`` of ``task.make_batches``) for the ZO step.
-
-    Micro-batches normally close before padding exceeds 10 %. Full fine-tuning on
-    CPU is the exception: it regenerates z once per forward (or once per lock-step
-    wave), so there micro-batches are filled to the token budget instead (fewer,
-    longer forwards). At N = 1000 on SmolLM2 the two choices measured the same
-    step time (docs/performance.md, fourth session) and the filled batches cost
-    memory above the inference peak, so this exception is up for removal. Takes
-    the Perturber, or the trainable (name, parameter) list it would be built from.
-    """
-    cached = perturber.cache if isinstance(perturber, Perturber) else \
-        sum(p.numel() for _, p in perturber) <= DEFAULT_CACHE_LIMIT
-    if not cached and str(device).startswith("cpu"):
-        return None
-    return 0.1
 
 
 def stability_clip(g: np.ndarray, c: float | None) -> np.ndarray:

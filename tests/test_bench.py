@@ -44,17 +44,14 @@ def test_cached_sequential_and_lockstep_paths_agree(track):
     assert not all(torch.equal(a, b) for a, b in zip(w1, start))
 
 
-def test_floor_uses_the_inference_batching(monkeypatch):
-    """The floor is the best inference pass we know (padding capped at 10 %), even when the step fills
-    its micro-batches to the budget (full fine-tuning on CPU): a step's batching choice never moves the floor."""
-    import paczero.zo
-
-    monkeypatch.setattr(paczero.zo, "padding_cap", lambda perturber, device: None)  # the FT-on-CPU choice
+def test_floor_and_step_use_the_inference_batching():
+    """The floor is the task's inference batching (padding capped at 10 %), and the step scores the
+    same micro-batches (full fine-tuning on CPU no longer fills them to the budget)."""
     from paczero.bench import Harness
 
     h = Harness(BenchConfig(model="tiny-opt", track="ft", n=64, token_budget=256))
     capped = h.task.make_batches(h.universe, token_budget=256, max_padding=0.1)
     uncapped = h.task.make_batches(h.universe, token_budget=256, max_padding=None)
-    assert len(capped) != len(uncapped)
+    assert len(capped) != len(uncapped)  # the cap matters for this universe
     assert [b.num_tokens for b in h.floor_batches] == [b.num_tokens for b in capped]
-    assert [b.num_tokens for b in h.batches] == [b.num_tokens for b in uncapped]
+    assert [b.num_tokens for b in h.batches] == [b.num_tokens for b in capped]
