@@ -322,9 +322,10 @@ def _memory_child(cfg_dict: dict, phase: str) -> dict:
 def memory_phase(cfg: BenchConfig, phase: str) -> dict:
     """Peak memory of ``phase`` ("inference": two floor passes; "train": two ZO steps) in a fresh process."""
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
 
-    with mp.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_memory_child, (asdict(cfg), phase))
+    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:  # joined, not terminated, on exit
+        return pool.submit(_memory_child, asdict(cfg), phase).result()
 
 
 # -- data parallel --------------------------------------------------------------------------------
