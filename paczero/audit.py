@@ -163,7 +163,8 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
 
     m = design.shape[0]
     log_post = np.full(m, -math.log(m))
-    perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches)
+    perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches,
+                          token_budget=cfg.token_budget)
     n = len(setup.universe)
     worst, noised = 0.0, 0
     try:

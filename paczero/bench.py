@@ -52,7 +52,7 @@ class BenchConfig:
     dtype: str = "fp32"
     device: str = "cpu"
     token_budget: int = 4096
-    lockstep: int = 1               # full FT: micro-batches per lock-step wave of + and - forwards (0: off)
+    lockstep: int = 1               # full FT: token budgets per sign in a lock-step wave of + and - forwards (0: off)
     num_subsets: int = 128
     mechanism: str = "pac-zpl"
     mi_budget: float = 1.0          # pac-mi only: total MI over `steps`
@@ -107,7 +107,7 @@ class Harness:
 
         if self.perturber is None:
             self.perturber = Perturber(self.model, trainable_parameters(self.model, self.cfg.track), self.cfg.seed,
-                                       lockstep=self.cfg.lockstep)
+                                       lockstep=self.cfg.lockstep, token_budget=self.cfg.token_budget)
         return self.perturber
 
     def sync(self) -> None:
@@ -406,7 +406,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=d.device)
     p.add_argument("--token-budget", type=int, default=d.token_budget)
     p.add_argument("--lockstep", type=int, default=d.lockstep,
-                   help="full FT: micro-batches whose + and - forwards share each draw of z (0: off)")
+                   help="full FT: a lock-step wave holds the + and - forwards of as many micro-batches as fit "
+                        "in LOCKSTEP token budgets (at least one); they share each draw of z (0: off)")
     p.add_argument("--num-subsets", type=int, default=d.num_subsets, help="M")
     p.add_argument("--mechanism", default=d.mechanism, choices=["pac-zpl", "pac-mi"])
     p.add_argument("--mi-budget", type=float, default=d.mi_budget)

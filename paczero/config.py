@@ -80,7 +80,7 @@ class TrainConfig:
     eval_zero_shot: bool = True
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
-    lockstep_batches: int = 1                # full FT: micro-batches whose + and - forwards share each draw of z (0: off)
+    lockstep_batches: int = 1                # full FT: token budgets per sign whose + and - forwards share each draw of z (0: off)
     seed: int = 0                            # public seed: directions, init, data order
     private_seed: int | None = None          # tests and exact reproduction only; None draws from OS entropy
     out_dir: str = "runs/paczero"

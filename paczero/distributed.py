@@ -194,7 +194,7 @@ def follow(cfg, dp: DataParallel) -> dict:
     setup = build(cfg)
     model, task, device = setup.model, setup.task, setup.device
     params = trainable_parameters(model, cfg.track)
-    perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches)
+    perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
     dp.sync_weights(params)
     steps = 0

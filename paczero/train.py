@@ -230,7 +230,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         if saved_fp != fingerprint:
             raise ConfigError("cannot resume: the data (universe, dev or test examples) differ from the original run")
     params = trainable_parameters(model, cfg.track)
-    perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches)
+    perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
     found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
     saved_design = found[3]["mechanism"].get("design") if found else None
     mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design)

@@ -36,13 +36,15 @@ Evaluation paths, one arithmetic (bit-identical results, tested):
   ``big_values`` draws only the rows of z that the batch looks up and a larger
   Linear (the tied LM head) is evaluated in blocks of output rows, so no
   full-size perturbed copy of either ever exists;
-* lock-step (uncached, ``Perturber.evaluate`` with several jobs): the + and -
-  forwards of ``lockstep`` micro-batches run as greenlets on the calling
-  thread. Each parks at every rerouted module; when all have arrived, the
-  module's z is drawn *once* and the module is evaluated for every job at its
-  own sign. Without a stored z a step draws (2B + 1)·d Gaussian values for B
-  micro-batches; lock-step draws (ceil(B / lockstep) + 1)·d, and each job keeps
-  its own micro-batch shape (so its arithmetic, and result, are unchanged).
+* lock-step (uncached, ``Perturber.evaluate`` with several jobs; the default):
+  the + and - forwards of a *wave* of micro-batches (as many consecutive ones
+  as fit in ``lockstep`` token budgets per sign, or ``lockstep`` of them when
+  no budget is given) run as greenlets on the calling thread. Each parks at
+  every rerouted module; when all have arrived, the module's z is drawn *once*
+  and the module is evaluated for every job at its own sign. Without a stored
+  z a step draws (2B + 1)·d Gaussian values for B micro-batches; lock-step
+  draws (W + 1)·d for W waves, and each job keeps its own micro-batch shape
+  (so its arithmetic, and result, are unchanged).
 """
 
 from __future__ import annotations
@@ -171,11 +173,15 @@ class Perturber:
     ``DEFAULT_CACHE_LIMIT``: LoRA, tiny models). Uncached, ``lockstep`` is the
     number of micro-batches whose + and - forwards :func:`two_point_scalars`
     runs in lock-step (one draw of z per wave; 0: every forward on its own).
+    With ``token_budget`` (the micro-batches' budget), a wave is instead as many
+    consecutive micro-batches as fit in ``lockstep * token_budget`` padded tokens
+    per sign (at least one): small micro-batches share a draw, and no wave holds
+    more tokens than ``lockstep`` full micro-batches would.
     """
 
     def __init__(self, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
                  public_seed: int, *, cache_limit: int | None = None, big_values: int = DEFAULT_BIG_VALUES,
-                 lockstep: int = DEFAULT_LOCKSTEP):
+                 lockstep: int = DEFAULT_LOCKSTEP, token_budget: int | None = None):
         self.model = model
         self.params = [p for _, p in params]
         self.names = [n for n, _ in params]
@@ -202,6 +208,8 @@ class Perturber:
             raise ValueError("lockstep must be >= 0")
         #: micro-batches per lock-step wave of two_point_scalars (uncached; cached: every micro-batch)
         self.lockstep = int(lockstep)
+        #: padded tokens per sign in one wave (None: ``lockstep`` micro-batches, whatever their size)
+        self.wave_tokens = None if token_budget is None or not self.lockstep else self.lockstep * int(token_budget)
 
     # -- directions -----------------------------------------------------
     def _chunk_seeds(self, key: tuple[int, int, int]) -> np.ndarray:
@@ -657,18 +665,18 @@ def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: 
     loss_sum, count = 0.0, 0
     moved = [batch.to(device) for batch in batches]
     # one perturbed block per sign over every micro-batch (cached, or lockstep 0); otherwise waves
-    # of `lockstep` micro-batches whose + and - forwards share each draw of z
-    wave = 0 if perturber.cache else perturber.lockstep
+    # of micro-batches whose + and - forwards share each draw of z
+    waves = None if perturber.cache or perturber.lockstep == 0 else lockstep_waves(batches, perturber)
     for k in range(num_directions):
-        if wave == 0:
+        if waves is None:
             with perturber.perturbed(step, k, +mu):
                 plus = [loss_fn(b) for b in moved]
             with perturber.perturbed(step, k, -mu):
                 minus = [loss_fn(b) for b in moved]
         else:
             plus, minus = [], []
-            for start in range(0, len(moved), wave):
-                part = moved[start:start + wave]
+            for start, stop in waves:
+                part = moved[start:stop]
                 out = perturber.evaluate(step, k, [(+mu, partial(loss_fn, b)) for b in part]
                                          + [(-mu, partial(loss_fn, b)) for b in part])
                 plus += out[:len(part)]
@@ -684,6 +692,26 @@ def two_point_scalars(perturber: Perturber, step: int, num_directions: int, mu: 
                 if batch_losses is not None:
                     batch_losses.append(batch_sum)
     return g, loss_sum / max(count, 1)
+
+
+def lockstep_waves(batches: Sequence, perturber: Perturber) -> list[tuple[int, int]]:
+    """The lock-step waves of an uncached step, as [start, stop) ranges of ``batches``.
+
+    ``perturber.lockstep`` micro-batches each; with ``perturber.wave_tokens``, as
+    many consecutive micro-batches as fit in that many padded tokens (at least one).
+    """
+    if perturber.wave_tokens is None:
+        L = perturber.lockstep
+        return [(a, min(a + L, len(batches))) for a in range(0, len(batches), L)]
+    waves, start, tokens = [], 0, 0
+    for j, b in enumerate(batches):
+        if j > start and tokens + b.num_tokens > perturber.wave_tokens:
+            waves.append((start, j))
+            start, tokens = j, 0
+        tokens += b.num_tokens
+    if len(batches) > start:
+        waves.append((start, len(batches)))
+    return waves
 
 
 def stability_clip(g: np.ndarray, c: float | None) -> np.ndarray:

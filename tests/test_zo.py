@@ -165,6 +165,10 @@ def test_lockstep_and_sequential_match_cached_bit_for_bit(name, task_name):
         for lockstep in (0, 1, 3):
             g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
             assert np.array_equal(g, ref) and loss == ref_loss, (big, lockstep)
+    # waves by tokens (the training loop's form): micro-batches grouped up to 1 or 2 budgets per sign
+    for lockstep in (1, 2):
+        g, loss = _scalars(lm, params, batches, task, cache_limit=0, lockstep=lockstep, token_budget=96)
+        assert np.array_equal(g, ref) and loss == ref_loss, lockstep
 
 
 def _count_draws(monkeypatch) -> list:
@@ -200,6 +204,40 @@ def test_lockstep_draws_each_direction_once_per_wave(monkeypatch):
     # 2 forwards per micro-batch draw z each; a wave of L micro-batches draws it once for its 2L forwards
     assert totals[0] == 2 * n_b * totals[n_b]
     assert totals[1] == n_b * totals[n_b]
+
+
+def test_token_waves_group_small_micro_batches_and_never_exceed_the_budget(monkeypatch):
+    """With a token budget, a wave is as many consecutive micro-batches as fit in lockstep x budget padded
+    tokens (at least one): fewer draws than one wave per micro-batch, never more tokens in flight."""
+    from types import SimpleNamespace
+
+    from paczero.tasks import build_task, load_splits
+    from paczero.zo import lockstep_waves, two_point_scalars
+    fake = [SimpleNamespace(num_tokens=t) for t in (30, 30, 50, 100, 20, 20, 20)]
+    pert = SimpleNamespace(lockstep=1, wave_tokens=100)
+    assert lockstep_waves(fake, pert) == [(0, 2), (2, 3), (3, 4), (4, 7)]
+    pert.wave_tokens = 200
+    assert lockstep_waves(fake, pert) == [(0, 3), (3, 7)]
+    pert.wave_tokens = 10  # a micro-batch above the budget still forms its own wave
+    assert lockstep_waves(fake, pert) == [(j, j + 1) for j in range(7)]
+    pert.wave_tokens, pert.lockstep = None, 3
+    assert lockstep_waves(fake, pert) == [(0, 3), (3, 6), (6, 7)]
+
+    lm = load_model("tiny-llama", track="ft")
+    task = build_task("demo", lm.tokenizer)
+    train, _, _ = load_splits("demo", n_train=12, n_dev=1, n_test=1)
+    batches = task.make_batches(task.encode(train), token_budget=64)
+    params = trainable_parameters(lm.model, "ft")
+    real = Perturber(lm.model, params, public_seed=4, cache_limit=0, lockstep=1, token_budget=10_000)
+    assert lockstep_waves(batches, real) == [(0, len(batches))]  # the whole step fits: one wave
+    drawn = _count_draws(monkeypatch)
+    counts = {}
+    for budget in (None, 10_000):
+        drawn.clear()
+        pert = Perturber(lm.model, params, public_seed=4, cache_limit=0, lockstep=1, token_budget=budget)
+        two_point_scalars(pert, 1, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 12, "cpu")
+        counts[budget] = sum(drawn)
+    assert counts[None] == len(batches) * counts[10_000]
 
 
 class _Nested(torch.nn.Module):
