@@ -87,8 +87,8 @@ class Harness:
         self.data: dict[int, tuple[list, list]] = {}
         self.universe, self.batches = self.data_for(cfg.n)
         #: the floor's micro-batches: the task's inference batching (its default padding cap of 10 %),
-        #: never the step's own choice
-        self.floor_batches = self.task.make_batches(self.universe, token_budget=cfg.token_budget)
+        #: which the step scores too (built once, shared)
+        self.floor_batches = self.batches
 
     def data_for(self, n: int) -> tuple[list, list]:
         """The universe of size ``n`` (the task's examples cycled) and its micro-batches."""
