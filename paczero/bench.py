@@ -65,6 +65,7 @@ class BenchConfig:
     world: int = 1                  # > 1: also time a data-parallel step with this many processes
     threads: int | None = None      # torch intra-op threads (None: torch's default)
     seed: int = 0
+    random_init: bool = False       # the model's architecture (config only) with random weights
 
 
 class Harness:
@@ -80,7 +81,7 @@ class Harness:
             torch.set_num_threads(cfg.threads)
         self.cfg = cfg
         self.lm = lm or load_model(cfg.model, dtype=cfg.dtype, device=cfg.device, track=cfg.track,
-                                   init_seed=cfg.seed)
+                                   init_seed=cfg.seed, random_init=cfg.random_init)
         self.model = self.lm.model
         self.task = build_task(cfg.task, self.lm.tokenizer)
         self.perturber = None
@@ -383,7 +384,7 @@ def table(results: list[dict]) -> str:
     for r in results:
         c = r["config"]
         mem = r.get("memory")
-        rows.append((c["model"], c["track"], c["dtype"], str(c["n"]), str(c["num_subsets"]),
+        rows.append((c["model"] + (" (random init)" if c.get("random_init") else ""), c["track"], c["dtype"], str(c["n"]), str(c["num_subsets"]),
                      f"{r['floor_s']:.3f}", f"{r['step_s']:.3f}", f"{r['ratio']:.3f}", f"{r['cpu_ratio']:.3f}",
                      f"{r['privacy_s'] * 1e3:.2f}",
                      f"{r['n_scaling']:.2f}" if "n_scaling" in r else "-",
@@ -417,6 +418,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world", type=int, default=1, help="also time a data-parallel step with this many processes")
     p.add_argument("--no-scaling", dest="scaling", action="store_false", help="skip the 2N and 2M steps")
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory phases")
+    p.add_argument("--random-init", action="store_true",
+                   help="build each model from its config alone with random weights (speed and memory do not "
+                        "depend on the weights; a local folder needs only config.json and the tokenizer)")
     p.add_argument("--json-out", help="write the results (a JSON list) here")
 
 

@@ -53,11 +53,13 @@ def check_model_source(name: str) -> None:
     package; anything else is taken as a hub id (checked when it loads).
     """
     name = canonical_name(name)
-    if name in TINY_MODELS:
-        _smollm2_folder()  # tiny models borrow the SmolLM2 tokenizer
+    if name in TINY_MODELS:  # tiny models borrow the SmolLM2 tokenizer: the cached copy or the package
+        if not (cache_dir() / SMOLLM2 / "tokenizer_config.json").exists():
+            _smollm2_folder()
         return
     if name == SMOLLM2:
-        _smollm2_folder()
+        if not (cache_dir() / SMOLLM2 / "model.safetensors").exists():
+            _smollm2_folder()
         return
     looks_local = name.startswith((".", "/", "~")) or os.sep in name and not _looks_like_hub_id(name)
     if looks_local and not Path(name).expanduser().exists():
@@ -186,6 +188,7 @@ def load_model(
     lora_targets: list[str] | None = None,
     init_seed: int = 0,
     device_map: str | None = None,
+    random_init: bool = False,
 ) -> LoadedModel:
     """Load a causal LM for zeroth-order training, in eval mode with no gradients.
 
@@ -194,7 +197,9 @@ def load_model(
     overrides peft's per-architecture default). ``device_map`` (e.g. ``"auto"``)
     shards a hub/local model over the visible GPUs with accelerate instead of
     moving it to ``device``; the perturbation hooks work per module, on each
-    parameter's own device.
+    parameter's own device. ``random_init`` builds the architecture from its
+    config alone with seeded random weights (benchmarks of speed and memory:
+    only ``config.json`` and the tokenizer are read, never the weights).
     """
     from transformers import AutoModelForCausalLM
 
@@ -203,7 +208,9 @@ def load_model(
     torch_dtype = DTYPES[dtype]
     name = canonical_name(name)
     tokenizer = load_tokenizer(name)
-    if name in TINY_MODELS:
+    if random_init and name not in TINY_MODELS:
+        model = _random_model(name, torch_dtype, init_seed, device if not device_map else "cpu")
+    elif name in TINY_MODELS:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             model = AutoModelForCausalLM.from_config(_tiny_config(name, len(tokenizer)))
@@ -234,9 +241,24 @@ def load_model(
     elif track != "ft":
         raise ValueError(f"track must be 'ft' or 'lora', got {track!r}")
     model.eval()
-    if not device_map or name in (SMOLLM2, *TINY_MODELS):
+    if not device_map or random_init or name in (SMOLLM2, *TINY_MODELS):
         model.to(device)
     return LoadedModel(model=model, tokenizer=tokenizer, name=name)
+
+
+def _random_model(name: str, torch_dtype: torch.dtype, init_seed: int, device: str) -> torch.nn.Module:
+    """The architecture of ``name`` (its config only) with seeded random weights, built on ``device``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source = _smollm2_cached("model") if name == SMOLLM2 else os.path.expanduser(name)
+    try:
+        config = AutoConfig.from_pretrained(source)
+    except OSError as e:
+        raise ValueError(f"cannot load the config of {name!r}: {_first_line(e)}") from None
+    dev = torch.device(device)
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), dev:
+        torch.manual_seed(init_seed)
+        return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
 
 
 def trainable_parameters(model: torch.nn.Module, track: str) -> list[tuple[str, torch.nn.Parameter]]:

@@ -280,14 +280,14 @@ class Perturber:
     def clear_cache(self) -> None:
         self._z_cache.clear()
 
-    def _buffer(self, slot, shape, device) -> torch.Tensor:
-        """An fp32 scratch tensor for ``slot``, reused by every later module call of the same shape."""
-        key = (slot, tuple(shape), device)
+    def _buffer(self, slot, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A scratch tensor (fp32 unless told) for ``slot``, reused by every later module call of the same shape."""
+        key = (slot, tuple(shape), device, dtype)
         buf = self._buffers.get(key)
         if buf is None:
             if len(self._buffers) > 256:
                 self._buffers.clear()
-            buf = self._buffers[key] = torch.empty(shape, device=device, dtype=torch.float32)
+            buf = self._buffers[key] = torch.empty(shape, device=device, dtype=dtype)
         return buf
 
     def _perturbed_value(self, p: torch.nn.Parameter, orig: torch.Tensor, step: int, k: int,
@@ -299,8 +299,7 @@ class Perturber:
         """
         i = self._index[id(p)]
         if self.cache:
-            t = self.direction(step, k, i) * scale
-            t.add_(orig)
+            return _perturb(self.direction(step, k, i), scale, orig)
         else:
             t = self._buffer(slot, orig.shape, orig.device)
             self._fill((step, k, i), t, 0, self._layouts[i].n_chunks, scale, orig)
@@ -508,8 +507,10 @@ class Perturber:
     def _combine(self, z: torch.Tensor, scale: float, base: torch.Tensor, slot) -> torch.Tensor:
         """:func:`_perturb` into a reusable scratch tensor (the same arithmetic)."""
         out = self._buffer(slot, z.shape, z.device)
-        torch.mul(z, scale, out=out).add_(base)
-        return out if base.dtype == torch.float32 else out.to(base.dtype)
+        torch.mul(z, scale, out=out)
+        if base.dtype == torch.float32:
+            return out.add_(base)
+        return torch.add(out, base, out=self._buffer(slot, z.shape, z.device, base.dtype))
 
     def _bias(self, module, step: int, k: int, scales) -> dict:
         b = module.bias
@@ -645,8 +646,11 @@ class Perturber:
 def _perturb(z: torch.Tensor, scale: float, base: torch.Tensor) -> torch.Tensor:
     """fl(fl(z * scale) + base) in fp32, rounded to base's dtype (the one perturbation arithmetic)."""
     t = z * scale
-    t.add_(base)
-    return t if base.dtype == torch.float32 else t.to(base.dtype)
+    if base.dtype == torch.float32:
+        return t.add_(base)
+    # the fp32 sum rounded once to base's dtype as it is stored: the same bits as t.add_(base).to(dtype),
+    # with one pass less over the tensor (the add computes in fp32, the common dtype of its inputs)
+    return torch.add(t, base, out=torch.empty_like(base))
 
 
 @torch.inference_mode()

@@ -330,3 +330,19 @@ def test_lockstep_restoration_is_bit_exact(dtype):
     assert all(torch.equal(p.detach(), b) for (_, p), b in zip(params, before))
     assert all("forward" not in m.__dict__ for m in lm.model.modules())  # overrides removed
     pert.remove()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_perturbation_arithmetic_is_two_fp32_roundings_then_one_to_the_weights_dtype(dtype):
+    """fl(fl(z * s) + theta) in fp32, rounded once to theta's dtype, on the whole-tensor and scratch paths."""
+    from paczero.zo import _perturb
+    gen = torch.Generator().manual_seed(3)
+    z = torch.randn(4099, generator=gen)
+    base = torch.randn(4099, generator=gen).to(dtype)
+    s = 1e-3
+    want = ((z * s) + base.float()).to(dtype)
+    assert torch.equal(_perturb(z, s, base), want)
+    lm = load_model("tiny-llama", track="ft")
+    pert = Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=1, cache_limit=0)
+    assert torch.equal(pert._combine(z, s, base, "t"), want) and torch.equal(pert._combine(z, -s, base, "t"),
+                                                                            ((z * -s) + base.float()).to(dtype))

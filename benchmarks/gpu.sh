@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU checks and benchmarks of docs/performance.md ("GPU"), on a CUDA machine with no network.
+#
+#   bash benchmarks/gpu.sh OUT_DIR [tests|small|opt13|opt67|all]
+#
+# Needs paczero importable (pip install -e ., or PYTHONPATH=. from the repo root), and, offline, architecture
+# folders from benchmarks/arch_folders.py in $ARCH (default .devcarry/arch) plus the SmolLM2 tokenizer in
+# $PACZERO_CACHE. Every benchmark writes its JSON and log into OUT_DIR; one that fails does not stop the rest.
+set -u
+out=${1:?usage: gpu.sh OUT_DIR [tests|small|opt13|opt67|all]}
+what=${2:-all}
+arch=${ARCH:-.devcarry/arch}
+py=${PYTHON:-python3}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+bench() {  # name, then paczero bench arguments
+  local name=$1; shift
+  echo "== $name: paczero bench $*"
+  timeout "${BENCH_TIMEOUT:-400}" "$py" -m paczero.cli bench --device cuda --json-out "$out/$name.json" "$@" \
+    2>&1 | tee "$out/$name.log"
+}
+if [[ $what == tests || $what == all ]]; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$py" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)"
+  "$py" -m pytest -q -rfE tests/test_cuda.py 2>&1 | tee "$out/test_cuda.log"
+fi
+if [[ $what == small || $what == all ]]; then
+  bench tiny-opt --model tiny-opt --track lora ft --n 1000 --dtype bf16 --steps 5
+  bench smollm2-arch --model "$arch/smollm2-135m-arch" --random-init --track lora ft --n 1000 --dtype bf16 --steps 5
+fi
+if [[ $what == opt13 || $what == all ]]; then
+  bench opt-1.3b --model "$arch/opt-1.3b" --random-init --track lora ft --n 1000 --dtype bf16 --steps 3
+fi
+if [[ $what == opt67 || $what == all ]]; then
+  bench opt-6.7b --model "$arch/opt-6.7b" --random-init --track lora ft --n 1000 --dtype bf16 --steps 3 --no-scaling
+fi
