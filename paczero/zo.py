@@ -95,6 +95,8 @@ DEFAULT_BIG_VALUES = 1 << 22
 DEFAULT_LOCKSTEP = 1
 #: values per block of output rows of such a Linear
 _BLOCK_VALUES = 1 << 20
+#: values of z drawn at a time (at least one chunk) when only some rows are needed
+_ROWS_GROUP_VALUES = 1 << 20
 
 class _Layout:
     """How a parameter's direction splits into chunks of whole rows of its first dimension."""
@@ -261,34 +263,55 @@ class Perturber:
         return z
 
     def direction_rows(self, step: int, k: int, i: int, rows: torch.Tensor) -> torch.Tensor:
-        """z[rows] for parameter i, drawing only the chunks that hold those rows (fp32)."""
+        """z[rows] for parameter i (fp32), drawing only the chunks that hold those rows.
+
+        The chunks are drawn a group at a time into one scratch tensor of at most
+        ``_ROWS_GROUP_VALUES`` values (at least one chunk) and their rows copied
+        out, so the memory is that of the rows asked for, not of the chunks drawn.
+        """
         lay = self._layouts[i]
-        rows = rows.to(torch.int64)
-        chunk_of = torch.div(rows, lay.per_chunk, rounding_mode="floor")
-        needed = torch.unique(chunk_of).tolist()
-        buf = torch.empty((len(needed) * lay.per_chunk, lay.row), device=self.params[i].device)
-        device = buf.device
-        for j, c in enumerate(needed):
-            a, b = lay.chunk_rows(c)
-            self._fill((step, k, i), buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)], c, c + 1)
-        slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=rows.device)
-        slot[torch.tensor(needed, dtype=torch.int64, device=rows.device)] = torch.arange(
-            len(needed), dtype=torch.int64, device=rows.device)
-        pos = slot[chunk_of] * lay.per_chunk + (rows - chunk_of * lay.per_chunk)
-        return buf[pos.to(device)].view(-1, *lay.shape[1:])
+        device = self.params[i].device
+        rows = rows.to(device=device, dtype=torch.int64).reshape(-1)
+        out = torch.empty((rows.numel(), lay.row), device=device)
+        if rows.numel() == 0:
+            return out.view(-1, *lay.shape[1:])
+        order = torch.argsort(rows)
+        chunk_of = torch.div(rows[order], lay.per_chunk, rounding_mode="floor")  # ascending
+        needed = torch.unique_consecutive(chunk_of)
+        per_group = max(1, _ROWS_GROUP_VALUES // (lay.per_chunk * lay.row))
+        firsts = needed[::per_group]  # the first chunk of every group
+        bounds = torch.searchsorted(chunk_of, firsts).tolist() + [rows.numel()]
+        needed = needed.tolist()
+        buf = torch.empty((min(per_group, len(needed)) * lay.per_chunk, lay.row), device=device)
+        slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=device)
+        for g, lo in enumerate(range(0, len(needed), per_group)):
+            group = needed[lo:lo + per_group]
+            for j, c in enumerate(group):
+                a, b = lay.chunk_rows(c)
+                self._fill((step, k, i), buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)], c, c + 1)
+            slot[group] = torch.arange(len(group), dtype=torch.int64, device=device)
+            r0, r1 = bounds[g], bounds[g + 1]
+            co = chunk_of[r0:r1]
+            pos = slot[co] * lay.per_chunk + (rows[order[r0:r1]] - co * lay.per_chunk)
+            out[order[r0:r1]] = buf[pos]
+        return out.view(-1, *lay.shape[1:])
 
     def clear_cache(self) -> None:
         self._z_cache.clear()
 
     def _buffer(self, slot, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A scratch tensor (fp32 unless told) for ``slot``, reused by every later module call of the same shape."""
-        key = (slot, tuple(shape), device, dtype)
+        """A scratch tensor (fp32 unless told) for ``slot``: a view of one flat tensor per slot, device and
+        dtype, as large as the largest shape asked for, reused by every later module call."""
+        key = (slot, device, dtype)
+        n = 1
+        for d in shape:
+            n *= int(d)
         buf = self._buffers.get(key)
-        if buf is None:
+        if buf is None or buf.numel() < n:
             if len(self._buffers) > 256:
                 self._buffers.clear()
-            buf = self._buffers[key] = torch.empty(shape, device=device, dtype=dtype)
-        return buf
+            buf = self._buffers[key] = torch.empty(n, device=device, dtype=dtype)
+        return buf[:n].view(shape)
 
     def _perturbed_value(self, p: torch.nn.Parameter, orig: torch.Tensor, step: int, k: int,
                          scale: float, slot="p") -> torch.Tensor:
@@ -478,9 +501,11 @@ class Perturber:
         groups = self._by_scale(calls)
         saved = [p.data for p in own]
         zs = [self._z(step, k, p, self._slot(("z", n))) for n, p in enumerate(own)] if len(groups) > 1 else None
+        ms = None if zs is None else [self._premultiply(z, [s for s, _ in groups]) for z in zs]
         for s, positions in groups:
             values = [self._perturbed_value(p, w, step, k, s, self._slot(("p", n))) if zs is None
-                      else self._combine(zs[n], s, w, self._slot(("p", n))) for n, (p, w) in enumerate(zip(own, saved))]
+                      else self._combine(zs[n], s, w, self._slot(("p", n)), ms[n])
+                      for n, (p, w) in enumerate(zip(own, saved))]
             for j in positions:
                 _, a, kw = calls[j]
                 calls[j] = None
@@ -504,13 +529,31 @@ class Perturber:
         self._fill((step, k, i), z, 0, self._layouts[i].n_chunks)
         return z
 
-    def _combine(self, z: torch.Tensor, scale: float, base: torch.Tensor, slot) -> torch.Tensor:
-        """:func:`_perturb` into a reusable scratch tensor (the same arithmetic)."""
-        out = self._buffer(slot, z.shape, z.device)
-        torch.mul(z, scale, out=out)
+    @staticmethod
+    def _premultiply(z: torch.Tensor, scales) -> float | None:
+        """For scales +m and/or -m (the two signs of a block): z <- fl(z * m) in place, once for both; return m.
+
+        fl(z * -m) is -fl(z * m) exactly and fl(-t + theta) is fl(theta - t), so :meth:`_combine`
+        then forms either sign with one add or subtract, the same bits as :func:`_perturb`.
+        """
+        mags = {abs(s) for s in scales}
+        if len(mags) != 1 or 0.0 in mags:
+            return None
+        m = mags.pop()
+        z.mul_(m)
+        return m
+
+    def _combine(self, z: torch.Tensor, scale: float, base: torch.Tensor, slot,
+                 premultiplied: float | None = None) -> torch.Tensor:
+        """:func:`_perturb` into a reusable scratch tensor (the same arithmetic); with ``premultiplied``
+        (see :meth:`_premultiply`), z already holds fl(z * |scale|)."""
+        out = self._buffer(slot, z.shape, z.device, base.dtype)
+        if premultiplied is not None:
+            return torch.add(z, base, out=out) if scale > 0 else torch.sub(base, z, out=out)
         if base.dtype == torch.float32:
-            return out.add_(base)
-        return torch.add(out, base, out=self._buffer(slot, z.shape, z.device, base.dtype))
+            return torch.mul(z, scale, out=out).add_(base)
+        t = torch.mul(z, scale, out=self._buffer(slot, z.shape, z.device))
+        return torch.add(t, base, out=out)
 
     def _bias(self, module, step: int, k: int, scales) -> dict:
         b = module.bias
@@ -527,9 +570,10 @@ class Perturber:
         groups = self._by_scale(calls)
         bias = self._bias(module, step, k, [s for s, _ in groups])
         zw = self._z(step, k, w, self._slot(("z", 0))) if len(groups) > 1 else None
+        m = None if zw is None else self._premultiply(zw, [s for s, _ in groups])
         for s, positions in groups:
             pw = self._perturbed_value(w, w.data, step, k, s, self._slot(("p", 0))) if zw is None \
-                else self._combine(zw, s, w.data, self._slot(("p", 0)))
+                else self._combine(zw, s, w.data, self._slot(("p", 0)), m)
             for j in positions:
                 x = calls[j][1]
                 calls[j] = None
@@ -553,8 +597,10 @@ class Perturber:
         del flat
         z = self.direction_rows(step, k, self._index[id(w)], rows)
         base = w.data[rows]
-        for s, positions in self._by_scale(calls):
-            value = _perturb(z, s, base)
+        groups = self._by_scale(calls)
+        m = self._premultiply(z, [s for s, _ in groups]) if len(groups) > 1 else None
+        for s, positions in groups:
+            value = _perturb(z, s, base) if m is None else self._combine(z, s, base, self._slot("emb"), m)
             for j in positions:
                 calls[j] = None
                 out = torch.index_select(value, 0, inverse[offsets[j]:offsets[j + 1]]).view(*shapes[j], w.shape[1])
@@ -578,8 +624,9 @@ class Perturber:
             last = min(first + per_block, lay.n_chunks)
             a, e = lay.chunk_rows(first)[0], lay.chunk_rows(last - 1)[1]
             self._fill((step, k, i), z[:e - a], first, last)
+            m = self._premultiply(z[:e - a], [s for s, _ in groups]) if len(groups) > 1 else None
             for s, positions in groups:
-                pw = self._combine(z[:e - a], s, w.data[a:e], self._slot(("pblock", e - a)))
+                pw = self._combine(z[:e - a], s, w.data[a:e], self._slot(("pblock", e - a)), m)
                 b = None if bias[s] is None else bias[s][a:e]
                 for j in positions:
                     ys[j].view(-1, lay.rows)[:, a:e] = F.linear(xs[j], pw, b)

@@ -52,18 +52,21 @@ def test_restoration_is_bit_exact_on_cuda(dtype, track, kw):
     assert all("forward" not in m.__dict__ for m in lm.model.modules())
 
 
-@pytest.mark.parametrize("name", ["tiny-opt", "tiny-llama", "tiny-gpt2"])
-def test_lockstep_sequential_and_cached_agree_on_cuda(name):
-    """One forward at a time and lock-step waves give the same scalars bit for bit (each job keeps its own
-    shapes and kernels); the cached block (whole perturbed tensors) agrees to rounding."""
-    lm, task, batches, params = _setup(name, "ft", "fp32")
+@pytest.mark.parametrize("name,dtype", [("tiny-opt", "fp32"), ("tiny-llama", "fp32"), ("tiny-gpt2", "fp32"),
+                                        ("tiny-opt", "bf16"), ("tiny-llama", "fp16")])
+def test_lockstep_sequential_and_cached_agree_on_cuda(name, dtype):
+    """One forward at a time and lock-step waves (both signs from one premultiplied z, row-drawn embeddings,
+    blocked Linear layers) give the same scalars bit for bit (each job keeps its own shapes and kernels);
+    in fp32 the cached block (whole perturbed tensors) agrees to rounding."""
+    lm, task, batches, params = _setup(name, "ft", dtype)
     assert len(batches) >= 3
     ref, ref_loss = _scalars(lm, task, batches, params, cache_limit=1 << 30)
     seq, seq_loss = _scalars(lm, task, batches, params, cache_limit=0, lockstep=0)
-    assert np.all(ref != 0)
-    np.testing.assert_allclose(seq, ref, rtol=1e-3, atol=1e-4)
+    assert np.any(ref != 0)
+    if dtype == "fp32":
+        np.testing.assert_allclose(seq, ref, rtol=1e-3, atol=1e-4)
     for kw in ({"lockstep": 1}, {"lockstep": 3}, {"lockstep": 1, "token_budget": 96},
-               {"lockstep": 2, "token_budget": 96}):
+               {"lockstep": 2, "token_budget": 96}, {"lockstep": 1, "big_values": 1000}):
         g, loss = _scalars(lm, task, batches, params, cache_limit=0, **kw)
         assert np.array_equal(g, seq) and loss == seq_loss, kw
 

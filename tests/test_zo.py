@@ -123,6 +123,11 @@ def test_direction_chunks_rows_and_threads():
     assert lay.n_chunks > 4
     rows = torch.tensor([0, 3, lay.per_chunk, lay.per_chunk + 1, 3, z1.shape[0] - 1])
     assert torch.equal(pert.direction_rows(5, 0, i, rows), z1[rows])
+    from paczero import zo
+    many = torch.randint(0, z1.shape[0], (5000,), generator=torch.Generator().manual_seed(0))
+    assert lay.n_chunks * lay.per_chunk * lay.row > 2 * zo._ROWS_GROUP_VALUES  # several groups of chunks
+    assert torch.equal(pert.direction_rows(5, 0, i, many), z1[many])
+    assert pert.direction_rows(5, 0, i, many[:0]).shape == (0, *z1.shape[1:])
     a, b = lay.chunk_rows(0), lay.chunk_rows(1)
     c0, c1 = z1[a[0]:a[1]].flatten(), z1[b[0]:b[1]].flatten()
     assert not torch.equal(c0, c1)
@@ -346,3 +351,21 @@ def test_perturbation_arithmetic_is_two_fp32_roundings_then_one_to_the_weights_d
     pert = Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=1, cache_limit=0)
     assert torch.equal(pert._combine(z, s, base, "t"), want) and torch.equal(pert._combine(z, -s, base, "t"),
                                                                             ((z * -s) + base.float()).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_low_precision_paths_match_cached_bit_for_bit(dtype):
+    """In bf16/fp16 too, every uncached path (both signs from one premultiplied z, row-drawn embeddings,
+    blocked Linear layers) rounds exactly like the cached block."""
+    from paczero.tasks import build_task, load_splits
+    lm = load_model("tiny-opt", track="ft", dtype=dtype)
+    task = build_task("demo", lm.tokenizer)
+    train = load_splits("demo", n_train=10, n_dev=1, n_test=1)[0]
+    batches = task.make_batches(task.encode(train), token_budget=96)
+    params = trainable_parameters(lm.model, "ft")
+    ref, ref_loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
+    assert np.any(ref != 0)
+    for big in (1 << 22, 1000):
+        for lockstep in (0, 1, 3):
+            g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
+            assert np.array_equal(g, ref) and loss == ref_loss, (big, lockstep)
