@@ -24,18 +24,23 @@ from pathlib import Path
 OPT = {"opt-1.3b": (2048, 24, 32), "opt-6.7b": (4096, 32, 32)}  # width, layers, heads
 
 
-def write(out: Path) -> list[Path]:
+SMOLLM2_ARCH = "smollm2-135m-arch"
+
+
+def write(out: Path, names: tuple[str, ...] = (*OPT, SMOLLM2_ARCH)) -> list[Path]:
+    """Write one folder per architecture in ``names`` under ``out``; refuse to touch a non-empty one."""
     from transformers import AutoConfig, OPTConfig
 
     from paczero.models import SMOLLM2, _smollm2_cached, load_tokenizer
 
-    names = [*OPT, "smollm2-135m-arch"]
     taken = [out / n for n in names if (out / n).exists() and any((out / n).iterdir())]
     if taken:  # never overwrite what a user wrote
         raise SystemExit(f"error: {taken[0]} exists and is not empty; pick another output folder")
     tokenizer = load_tokenizer(SMOLLM2)
     made = []
     for name, (width, layers, heads) in OPT.items():
+        if name not in names:
+            continue
         folder = out / name
         OPTConfig(vocab_size=50272, hidden_size=width, word_embed_proj_dim=width, num_hidden_layers=layers,
                   ffn_dim=4 * width, num_attention_heads=heads, max_position_embeddings=2048,
@@ -43,9 +48,10 @@ def write(out: Path) -> list[Path]:
                   pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
                   eos_token_id=tokenizer.eos_token_id).save_pretrained(folder)
         made.append(folder)
-    folder = out / "smollm2-135m-arch"  # SmolLM2-135M's own config
-    AutoConfig.from_pretrained(_smollm2_cached("model")).save_pretrained(folder)
-    made.append(folder)
+    if SMOLLM2_ARCH in names:  # SmolLM2-135M's own config (converts the offline default once, if not cached)
+        folder = out / SMOLLM2_ARCH
+        AutoConfig.from_pretrained(_smollm2_cached("model")).save_pretrained(folder)
+        made.append(folder)
     for folder in made:
         tokenizer.save_pretrained(folder)
     return made

@@ -147,7 +147,7 @@ def load_tokenizer(name: str):
     else:
         try:
             tok = AutoTokenizer.from_pretrained(os.path.expanduser(name))
-        except OSError as e:  # no such hub repo, no network, no tokenizer files
+        except (OSError, ValueError) as e:  # no such hub repo, no network, no or unreadable tokenizer files
             raise ValueError(f"cannot load the tokenizer of {name!r}: {_first_line(e)}") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
@@ -253,7 +253,7 @@ def _random_model(name: str, torch_dtype: torch.dtype, init_seed: int, device: s
     source = _smollm2_cached("model") if name == SMOLLM2 else os.path.expanduser(name)
     try:
         config = AutoConfig.from_pretrained(source)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # no such folder or hub repo, no network, no or an unknown config
         raise ValueError(f"cannot load the config of {name!r}: {_first_line(e)}") from None
     dev = torch.device(device)
     with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), dev:

@@ -279,7 +279,7 @@ class Perturber:
         chunk_of = torch.div(rows[order], lay.per_chunk, rounding_mode="floor")  # ascending
         needed = torch.unique_consecutive(chunk_of)
         per_group = max(1, _ROWS_GROUP_VALUES // (lay.per_chunk * lay.row))
-        firsts = needed[::per_group]  # the first chunk of every group
+        firsts = needed[::per_group].contiguous()  # the first chunk of every group
         bounds = torch.searchsorted(chunk_of, firsts).tolist() + [rows.numel()]
         needed = needed.tolist()
         buf = torch.empty((min(per_group, len(needed)) * lay.per_chunk, lay.row), device=device)

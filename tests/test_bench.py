@@ -55,3 +55,53 @@ def test_floor_and_step_use_the_inference_batching():
     assert len(capped) != len(uncapped)  # the cap matters for this universe
     assert [b.num_tokens for b in h.floor_batches] == [b.num_tokens for b in capped]
     assert [b.num_tokens for b in h.batches] == [b.num_tokens for b in capped]
+
+def test_random_init_reads_only_the_config_and_tokenizer(tmp_path):
+    """``--random-init``: an architecture folder with no weights (as benchmarks/arch_folders.py writes)
+    builds a seeded random model of that shape; the bench runs on it; a folder without a config is one
+    clear error."""
+    from transformers import OPTConfig
+
+    from paczero.models import load_tokenizer
+
+    folder = tmp_path / "arch"
+    tok = load_tokenizer("tiny-opt")
+    OPTConfig(vocab_size=len(tok), hidden_size=32, word_embed_proj_dim=32, num_hidden_layers=1, ffn_dim=64,
+              num_attention_heads=2, max_position_embeddings=512).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    assert not list(folder.glob("*.safetensors"))
+    a = load_model(str(folder), track="ft", random_init=True, init_seed=1).model
+    b = load_model(str(folder), track="ft", random_init=True, init_seed=1).model
+    c = load_model(str(folder), track="ft", random_init=True, init_seed=2).model
+    assert a.config.hidden_size == 32 and sum(p.numel() for p in a.parameters()) > 0
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert not all(torch.equal(x, y) for x, y in zip(a.parameters(), c.parameters()))
+    res = measure(BenchConfig(model=str(folder), random_init=True, track="ft", n=8, steps=1, scaling=False,
+                              memory=False), log=lambda s: None)
+    assert res["ratio"] > 0 and "(random init)" in table([res])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    tok.save_pretrained(empty)
+    with pytest.raises(ValueError, match="cannot load the config"):
+        load_model(str(empty), track="ft", random_init=True)
+
+
+def test_arch_folders_never_overwrite(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "arch_folders", Path(__file__).parent.parent / "benchmarks" / "arch_folders.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mine = tmp_path / "opt-1.3b"
+    mine.mkdir()
+    (mine / "config.json").write_text("{}")  # a user's file
+    with pytest.raises(SystemExit, match="not empty"):
+        mod.write(tmp_path, names=("opt-1.3b",))
+    assert (mine / "config.json").read_text() == "{}"
+    made = mod.write(tmp_path / "fresh", names=("opt-1.3b", "opt-6.7b"))
+    assert {p.name for p in made} == {"opt-1.3b", "opt-6.7b"}
+    from transformers import AutoConfig
+    cfg = AutoConfig.from_pretrained(tmp_path / "fresh" / "opt-6.7b")
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.ffn_dim) == (4096, 32, 16384)
