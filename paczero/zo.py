@@ -282,7 +282,7 @@ class Perturber:
         firsts = needed[::per_group].contiguous()  # the first chunk of every group
         bounds = torch.searchsorted(chunk_of, firsts).tolist() + [rows.numel()]
         needed = needed.tolist()
-        buf = torch.empty((min(per_group, len(needed)) * lay.per_chunk, lay.row), device=device)
+        buf = self._buffer(("rows", i), (min(per_group, lay.n_chunks) * lay.per_chunk, lay.row), device)
         slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=device)
         for g, lo in enumerate(range(0, len(needed), per_group)):
             group = needed[lo:lo + per_group]
@@ -300,18 +300,18 @@ class Perturber:
         self._z_cache.clear()
 
     def _buffer(self, slot, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A scratch tensor (fp32 unless told) for ``slot``: a view of one flat tensor per slot, device and
-        dtype, as large as the largest shape asked for, reused by every later module call."""
-        key = (slot, device, dtype)
-        n = 1
-        for d in shape:
-            n *= int(d)
+        """A scratch tensor (fp32 unless told) for ``slot``, reused by every later module call of the same shape.
+
+        One tensor per shape, kept: only for shapes from a fixed set (the trained parameters', a
+        block's, a row group's), never for shapes that vary with the data.
+        """
+        key = (slot, tuple(shape), device, dtype)
         buf = self._buffers.get(key)
-        if buf is None or buf.numel() < n:
+        if buf is None:
             if len(self._buffers) > 256:
                 self._buffers.clear()
-            buf = self._buffers[key] = torch.empty(n, device=device, dtype=dtype)
-        return buf[:n].view(shape)
+            buf = self._buffers[key] = torch.empty(shape, device=device, dtype=dtype)
+        return buf
 
     def _perturbed_value(self, p: torch.nn.Parameter, orig: torch.Tensor, step: int, k: int,
                          scale: float, slot="p") -> torch.Tensor:
@@ -597,10 +597,11 @@ class Perturber:
         del flat
         z = self.direction_rows(step, k, self._index[id(w)], rows)
         base = w.data[rows]
-        groups = self._by_scale(calls)
-        m = self._premultiply(z, [s for s, _ in groups]) if len(groups) > 1 else None
-        for s, positions in groups:
-            value = _perturb(z, s, base) if m is None else self._combine(z, s, base, self._slot("emb"), m)
+        # fresh tensors, not scratch: the number of rows changes with every call (scratch kept per shape
+        # accumulated, and scratch re-allocated as it grew raised the CPU resident peak by ≈ 170 MiB at
+        # SmolLM2 FT N = 1000: docs/performance.md, sixth session)
+        for s, positions in self._by_scale(calls):
+            value = _perturb(z, s, base)
             for j in positions:
                 calls[j] = None
                 out = torch.index_select(value, 0, inverse[offsets[j]:offsets[j + 1]]).view(*shapes[j], w.shape[1])
