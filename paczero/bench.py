@@ -384,7 +384,8 @@ def table(results: list[dict]) -> str:
     for r in results:
         c = r["config"]
         mem = r.get("memory")
-        rows.append((c["model"] + (" (random init)" if c.get("random_init") else ""), c["track"], c["dtype"], str(c["n"]), str(c["num_subsets"]),
+        name = c["model"] + (" (random init)" if c.get("random_init") else "")
+        rows.append((name, c["track"], c["dtype"], str(c["n"]), str(c["num_subsets"]),
                      f"{r['floor_s']:.3f}", f"{r['step_s']:.3f}", f"{r['ratio']:.3f}", f"{r['cpu_ratio']:.3f}",
                      f"{r['privacy_s'] * 1e3:.2f}",
                      f"{r['n_scaling']:.2f}" if "n_scaling" in r else "-",

@@ -3,7 +3,6 @@
 Skipped where torch sees no CUDA device (CI has none); run on a GPU machine with
 ``python -m pytest tests/test_cuda.py`` (docs/performance.md, "GPU").
 """
-import json
 import shutil
 
 import numpy as np
@@ -12,6 +11,7 @@ import torch
 
 from paczero.config import TrainConfig
 from paczero.models import load_model, trainable_parameters
+from paczero.report import read_log
 from paczero.tasks import build_task, load_splits
 from paczero.train import train
 from paczero.zo import Perturber, two_point_scalars
@@ -93,12 +93,8 @@ def test_directions_are_drawn_on_the_parameters_device_and_are_deterministic():
 
 
 def _records(run_dir):
-    out = []
-    for line in (run_dir / "log.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        r.pop("seconds")
-        out.append(r)
-    return out
+    """The run's public records without their timings."""
+    return [{k: v for k, v in r.items() if k != "seconds"} for r in read_log(run_dir)]
 
 
 @pytest.mark.parametrize("track,dtype", [("ft", "bf16"), ("lora", "fp16")])

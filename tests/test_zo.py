@@ -151,21 +151,23 @@ def _squad_like(n=10):
              "question": f"What is item {j}?", "answers": [w]} for j, w in enumerate(words[:n])]
 
 
-@pytest.mark.parametrize("name", ["tiny-opt", "tiny-llama", "tiny-gpt2"])
-@pytest.mark.parametrize("task_name", ["demo", "squad"])
-def test_lockstep_and_sequential_match_cached_bit_for_bit(name, task_name):
-    """Lock-step waves (1 or 3 micro-batches at both signs, one draw of z per module) and one forward at a
-    time give exactly the cached block's scalars and loss: also when every tensor counts as big
-    (row-drawn embeddings, Linear layers evaluated in blocks of output rows)."""
+@pytest.mark.parametrize("name,task_name,dtype", [
+    *[(n, t, "fp32") for n in ("tiny-opt", "tiny-llama", "tiny-gpt2") for t in ("demo", "squad")],
+    ("tiny-opt", "demo", "bf16"), ("tiny-opt", "demo", "fp16")])
+def test_lockstep_and_sequential_match_cached_bit_for_bit(name, task_name, dtype):
+    """Lock-step waves (1 or 3 micro-batches at both signs, one draw of z per module, both signs from one
+    premultiplied z) and one forward at a time give exactly the cached block's scalars and loss: also when
+    every tensor counts as big (row-drawn embeddings, Linear layers evaluated in blocks of output rows),
+    and in bf16/fp16."""
     from paczero.tasks import build_task, load_splits
-    lm = load_model(name, track="ft")
+    lm = load_model(name, track="ft", dtype=dtype)
     task = build_task(task_name, lm.tokenizer)
     train = _squad_like() if task_name == "squad" else load_splits(task_name, n_train=10, n_dev=1, n_test=1)[0]
     batches = task.make_batches(task.encode(train), token_budget=96)
     assert len(batches) >= 3
     params = trainable_parameters(lm.model, "ft")
     ref, ref_loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
-    assert np.all(ref != 0)
+    assert np.all(ref != 0) if dtype == "fp32" else np.any(ref != 0)
     for big in (1 << 22, 1000):
         for lockstep in (0, 1, 3):
             g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
@@ -351,21 +353,3 @@ def test_perturbation_arithmetic_is_two_fp32_roundings_then_one_to_the_weights_d
     pert = Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=1, cache_limit=0)
     assert torch.equal(pert._combine(z, s, base, "t"), want) and torch.equal(pert._combine(z, -s, base, "t"),
                                                                             ((z * -s) + base.float()).to(dtype))
-
-
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_low_precision_paths_match_cached_bit_for_bit(dtype):
-    """In bf16/fp16 too, every uncached path (both signs from one premultiplied z, row-drawn embeddings,
-    blocked Linear layers) rounds exactly like the cached block."""
-    from paczero.tasks import build_task, load_splits
-    lm = load_model("tiny-opt", track="ft", dtype=dtype)
-    task = build_task("demo", lm.tokenizer)
-    train = load_splits("demo", n_train=10, n_dev=1, n_test=1)[0]
-    batches = task.make_batches(task.encode(train), token_budget=96)
-    params = trainable_parameters(lm.model, "ft")
-    ref, ref_loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
-    assert np.any(ref != 0)
-    for big in (1 << 22, 1000):
-        for lockstep in (0, 1, 3):
-            g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
-            assert np.array_equal(g, ref) and loss == ref_loss, (big, lockstep)
