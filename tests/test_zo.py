@@ -122,12 +122,13 @@ def test_direction_chunks_rows_and_threads():
     lay = pert._layouts[i]
     assert lay.n_chunks > 4
     rows = torch.tensor([0, 3, lay.per_chunk, lay.per_chunk + 1, 3, z1.shape[0] - 1])
-    assert torch.equal(pert.direction_rows(5, 0, i, rows), z1[rows])
     from paczero import zo
     many = torch.randint(0, z1.shape[0], (5000,), generator=torch.Generator().manual_seed(0))
     assert lay.n_chunks * lay.per_chunk * lay.row > 2 * zo._ROWS_GROUP_VALUES  # several groups of chunks
-    assert torch.equal(pert.direction_rows(5, 0, i, many), z1[many])
-    assert pert.direction_rows(5, 0, i, many[:0]).shape == (0, *z1.shape[1:])
+    for grouped in (None, False, True):  # CPU's default (all at once), and the accelerators' groups
+        assert torch.equal(pert.direction_rows(5, 0, i, rows, grouped=grouped), z1[rows])
+        assert torch.equal(pert.direction_rows(5, 0, i, many, grouped=grouped), z1[many])
+    assert pert.direction_rows(5, 0, i, many[:0], grouped=True).shape == (0, *z1.shape[1:])
     a, b = lay.chunk_rows(0), lay.chunk_rows(1)
     c0, c1 = z1[a[0]:a[1]].flatten(), z1[b[0]:b[1]].flatten()
     assert not torch.equal(c0, c1)
