@@ -292,15 +292,20 @@ class Perturber:
         slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=device)
         for g, lo in enumerate(range(0, len(needed), per_group)):
             group = needed[lo:lo + per_group]
-            for j, c in enumerate(group):
-                a, b = lay.chunk_rows(c)
-                self._fill((step, k, i), buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)], c, c + 1)
+            self._fill_packed((step, k, i), buf, group)
             slot[group] = torch.arange(len(group), dtype=torch.int64, device=device)
             r0, r1 = bounds[g], bounds[g + 1]
             co = chunk_of[r0:r1]
             pos = slot[co] * lay.per_chunk + (rows[order[r0:r1]] - co * lay.per_chunk)
             out[order[r0:r1]] = buf[pos]
         return out.view(-1, *lay.shape[1:])
+
+    def _fill_packed(self, key: tuple[int, int, int], buf: torch.Tensor, chunks: list[int]) -> None:
+        """Draw the given chunks of z into ``buf``, chunk j at rows ``j * per_chunk`` onwards."""
+        lay = self._layouts[key[2]]
+        for j, c in enumerate(chunks):
+            a, b = lay.chunk_rows(c)
+            self._fill(key, buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)], c, c + 1)
 
     def _direction_rows_at_once(self, step: int, k: int, i: int, rows: torch.Tensor) -> torch.Tensor:
         """:meth:`direction_rows` with every needed chunk in one fresh buffer (CPU).
@@ -313,9 +318,7 @@ class Perturber:
         chunk_of = torch.div(rows, lay.per_chunk, rounding_mode="floor")
         needed = torch.unique(chunk_of).tolist()
         buf = torch.empty((len(needed) * lay.per_chunk, lay.row), device=rows.device)
-        for j, c in enumerate(needed):
-            a, b = lay.chunk_rows(c)
-            self._fill((step, k, i), buf[j * lay.per_chunk:j * lay.per_chunk + (b - a)], c, c + 1)
+        self._fill_packed((step, k, i), buf, needed)
         slot = torch.zeros(lay.n_chunks, dtype=torch.int64, device=rows.device)
         slot[torch.tensor(needed, dtype=torch.int64, device=rows.device)] = torch.arange(
             len(needed), dtype=torch.int64, device=rows.device)
