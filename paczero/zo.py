@@ -95,6 +95,10 @@ DEFAULT_BIG_VALUES = 1 << 22
 DEFAULT_LOCKSTEP = 1
 #: values per block of output rows of such a Linear
 _BLOCK_VALUES = 1 << 20
+#: cached: a trained embedding of at least this many values is perturbed by looked-up rows
+_ROWS_MIN_VALUES = 1 << 16
+#: values per block of the cached update's arithmetic (no full-size temporary)
+_UPDATE_BLOCK = 1 << 16
 #: values of z drawn at a time (at least one chunk) when only some rows are needed
 _ROWS_GROUP_VALUES = 1 << 20
 
@@ -206,12 +210,38 @@ class Perturber:
             own = [p for p in module.parameters(recurse=False) if id(p) in self._index]
             if own:
                 self._owner_modules.append((module, own))
+        #: cached: trained embedding weights perturbed by looked-up rows (see :meth:`perturbed`), and their owners
+        self._rows_params, self._rows_modules = self._rows_route() if self.cache else (set(), [])
+        self._memo: dict | None = None  # cached, inside such a block: perturbed tensors formed once per block
         if int(lockstep) < 0:
             raise ValueError("lockstep must be >= 0")
         #: micro-batches per lock-step wave of two_point_scalars (uncached; cached: every micro-batch)
         self.lockstep = int(lockstep)
         #: padded tokens per sign in one wave (None: ``lockstep`` micro-batches, whatever their size)
         self.wave_tokens = None if token_budget is None or not self.lockstep else self.lockstep * int(token_budget)
+
+    def _rows_route(self) -> tuple[set[int], list]:
+        """Trained parameters of at least ``_ROWS_MIN_VALUES`` values owned only by plain embeddings
+        (and plain bias-free Linears: a tied LM head), which a cached block perturbs through their
+        modules instead of swapping in a whole perturbed copy; with the modules that own them."""
+        owners: dict[int, list] = {}
+        for module, own in self._owner_modules:
+            for p in own:
+                owners.setdefault(id(p), []).append((module, own))
+        chosen, modules = set(), []
+        for p in self.params:
+            if p.numel() < _ROWS_MIN_VALUES:
+                continue
+            mods = owners.get(id(p), [])
+            plain_emb = [m for m, own in mods if type(m).forward is torch.nn.Embedding.forward
+                         and m.max_norm is None and len(own) == 1]
+            plain_lin = [m for m, own in mods if type(m).forward is torch.nn.Linear.forward
+                         and m.weight is p and len(own) == 1]
+            if plain_emb and len(plain_emb) + len(plain_lin) == len(mods) \
+                    and not any("forward" in m.__dict__ for m, _ in mods):
+                chosen.add(id(p))
+                modules += [(m, own) for m, own in mods]
+        return chosen, modules
 
     # -- directions -----------------------------------------------------
     def _chunk_seeds(self, key: tuple[int, int, int]) -> np.ndarray:
@@ -257,10 +287,18 @@ class Perturber:
                 self._z_cache.clear()  # a new step: the previous step's directions are done
         p = self.params[i]
         z = torch.empty(p.shape, device=p.device, dtype=torch.float32)
-        self._fill(key, z, 0, self._layouts[i].n_chunks)
+        # outside any forward (a block's entry, the update): the chunks drawn by the worker threads too
+        _POOL.run(partial(self._fill_range, key, z), self._layouts[i].n_chunks, p.device)
         if self.cache:
             self._z_cache[key] = z
         return z
+
+    def _fill_range(self, key: tuple[int, int, int], out: torch.Tensor, first: int, last: int) -> None:
+        """Chunks ``first..last-1`` of z written at their own rows of the whole-parameter tensor ``out``."""
+        lay = self._layouts[key[2]]
+        flat = out.view(-1, lay.row) if lay.shape else out.view(1, 1)
+        a, b = lay.chunk_rows(first)[0], lay.chunk_rows(last - 1)[1]
+        self._fill(key, flat[a:b], first, last)
 
     def direction_rows(self, step: int, k: int, i: int, rows: torch.Tensor, *,
                        grouped: bool | None = None) -> torch.Tensor:
@@ -276,6 +314,9 @@ class Perturber:
         lay = self._layouts[i]
         device = self.params[i].device
         rows = rows.to(device=device, dtype=torch.int64).reshape(-1)
+        if self.cache:  # the step's z is drawn whole anyway (the update reuses it)
+            return torch.index_select(self.direction(step, k, i).view(lay.rows, -1), 0, rows).view(
+                -1, *lay.shape[1:])
         if not (device.type != "cpu" if grouped is None else grouped):
             return self._direction_rows_at_once(step, k, i, rows)
         out = torch.empty((rows.numel(), lay.row), device=device)
@@ -351,7 +392,12 @@ class Perturber:
         """
         i = self._index[id(p)]
         if self.cache:
-            return _perturb(self.direction(step, k, i), scale, orig)
+            if self._memo is None:
+                return _perturb(self.direction(step, k, i), scale, orig)
+            value = self._memo.get((i, scale))
+            if value is None:
+                value = self._memo[(i, scale)] = _perturb(self.direction(step, k, i), scale, orig)
+            return value
         else:
             t = self._buffer(slot, orig.shape, orig.device)
             self._fill((step, k, i), t, 0, self._layouts[i].n_chunks, scale, orig)
@@ -362,13 +408,21 @@ class Perturber:
     def perturbed(self, step: int, k: int, scale: float):
         """Within the block, every forward sees theta + scale * z_{step,k}; theta itself is untouched."""
         if self.cache:  # small trainable set: swap every perturbed tensor in once for the whole block
-            originals = [p.data for p in self.params]
+            # (but a trained embedding is evaluated through its modules: only the rows a forward looks up
+            # are perturbed, from the cached z; no whole perturbed copy of it exists)
+            swapped = [p for p in self.params if id(p) not in self._rows_params]
+            originals = [p.data for p in swapped]
             try:
-                for p, orig in zip(self.params, originals):
+                for p, orig in zip(swapped, originals):
                     p.data = self._perturbed_value(p, orig, int(step), int(k), float(scale))
-                yield
+                if self._rows_modules:
+                    with self._evaluating(step, k, self._rows_modules, rows=True):
+                        self._sign = float(scale)
+                        yield
+                else:
+                    yield
             finally:
-                for p, orig in zip(self.params, originals):
+                for p, orig in zip(swapped, originals):
                     p.data = orig
             return
         with self._evaluating(step, k):
@@ -396,22 +450,25 @@ class Perturber:
             return self._lockstep(jobs)
 
     @contextmanager
-    def _evaluating(self, step: int, k: int):
-        """Route every owner module's forward through :meth:`_collective` for the block."""
+    def _evaluating(self, step: int, k: int, modules: list | None = None, rows: bool = False):
+        """Route the forward of every owner module (or of ``modules``) through :meth:`_collective` for
+        the block; ``rows``: a cached block's embeddings perturbed by looked-up rows whatever their size."""
         if self._state is not None:
             raise RuntimeError("perturbed blocks do not nest")
         self._state = (int(step), int(k))
+        self._memo = {} if rows else None
         patched = []
         try:
-            for module, own in self._owner_modules:
+            for module, own in self._owner_modules if modules is None else modules:
                 had = "forward" in module.__dict__
                 inner = module.forward
-                module.forward = self._rerouted(module, own, inner, wrapped=had)
+                module.forward = self._rerouted(module, own, inner, wrapped=had, rows=rows)
                 patched.append((module, had, inner))
             yield
         finally:
             self._state = None
             self._sign = None
+            self._memo = None
             self._depth = 0
             for module, had, inner in patched:
                 if had:
@@ -420,16 +477,16 @@ class Perturber:
                     del module.forward
 
     def _rerouted(self, module: torch.nn.Module, own: list[torch.nn.Parameter], inner: Callable,
-                  wrapped: bool) -> Callable:
+                  wrapped: bool, rows: bool = False) -> Callable:
         """The forward of one owner module inside a block: a lock-step member parks at it, any other
         caller evaluates it at once at the current scale."""
         kind = None
         if not wrapped:  # a forward already wrapped (accelerate offloading) must run as it is
             big = sum(p.numel() for p in own) > self.big_values
             if type(module).forward is torch.nn.Linear.forward and own[0] is module.weight:
-                kind = self._linear_big if big else self._linear
-            elif big and type(module).forward is torch.nn.Embedding.forward and module.max_norm is None \
-                    and len(own) == 1:
+                kind = self._linear_big if big and not rows else self._linear  # rows: from the cached z
+            elif (big or rows) and type(module).forward is torch.nn.Embedding.forward \
+                    and module.max_norm is None and len(own) == 1:
                 kind = self._embedding
         entry = (module, own, inner, kind)
 
@@ -685,11 +742,23 @@ class Perturber:
                     acc.mul_(1.0 - decay)
                 for k, s in enumerate(scales):
                     if s:
-                        acc.sub_(self.direction(step, k, i) * s)
+                        self._sub_scaled(acc, self.direction(step, k, i), s)
                 if not fp32:
                     p.data.copy_(acc.to(p.dtype))
             else:
                 self._update_chunked(step, i, p, scales, decay)
+
+    def _sub_scaled(self, acc: torch.Tensor, z: torch.Tensor, s: float) -> None:
+        """acc <- fl(acc - fl(z * s)) (the update's arithmetic), a block of values at a time, so that no
+        full-size temporary of z * s exists."""
+        if acc.numel() <= _UPDATE_BLOCK or not acc.is_contiguous():
+            acc.sub_(z * s)
+            return
+        a, zf = acc.view(-1), z.reshape(-1)
+        tmp = self._buffer("update", (_UPDATE_BLOCK,), acc.device)
+        for lo in range(0, a.numel(), _UPDATE_BLOCK):
+            hi = min(lo + _UPDATE_BLOCK, a.numel())
+            a[lo:hi].sub_(torch.mul(zf[lo:hi], s, out=tmp[:hi - lo]))
 
     def _update_chunked(self, step: int, i: int, p: torch.nn.Parameter, scales: list[float], decay: float) -> None:
         """The same element-wise arithmetic as the cached update, chunk by chunk (no whole z)."""

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from paczero.models import load_model, trainable_parameters
+from paczero import zo
 from paczero.zo import Perturber, direction_seed, stability_clip
 
 
@@ -169,6 +170,10 @@ def test_lockstep_and_sequential_match_cached_bit_for_bit(name, task_name, dtype
     params = trainable_parameters(lm.model, "ft")
     ref, ref_loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
     assert np.all(ref != 0) if dtype == "fp32" else np.any(ref != 0)
+    with pytest.MonkeyPatch.context() as mp:  # cached with a whole perturbed copy of the embedding swapped in
+        mp.setattr(zo, "_ROWS_MIN_VALUES", 1 << 62)
+        g, loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
+    assert np.array_equal(g, ref) and loss == ref_loss
     for big in (1 << 22, 1000):
         for lockstep in (0, 1, 3):
             g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
@@ -354,3 +359,30 @@ def test_perturbation_arithmetic_is_two_fp32_roundings_then_one_to_the_weights_d
     pert = Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=1, cache_limit=0)
     assert torch.equal(pert._combine(z, s, base, "t"), want) and torch.equal(pert._combine(z, -s, base, "t"),
                                                                             ((z * -s) + base.float()).to(dtype))
+
+
+def test_cached_block_perturbs_a_trained_embedding_by_looked_up_rows(monkeypatch, ids):
+    """A cached block (full fine-tuning of a small model) never forms a whole perturbed copy of the trained
+    embedding: its forward perturbs the looked-up rows from the cached z, with the same arithmetic."""
+    lm = load_model("tiny-opt", track="ft")
+    pert = Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=5)
+    emb = lm.model.get_input_embeddings()
+    assert pert.cache and id(emb.weight) in pert._rows_params
+    sizes = []
+    perturb = zo._perturb
+    monkeypatch.setattr(zo, "_perturb", lambda z, s, base: sizes.append(base.numel()) or perturb(z, s, base))
+    weight, ptr = emb.weight.data, emb.weight.data_ptr()
+    with torch.inference_mode():
+        z = pert.direction(0, 0, pert._index[id(emb.weight)])
+        with pert.perturbed(0, 0, 1e-2):
+            assert emb.weight.data_ptr() == ptr  # nothing swapped in
+            out = emb(ids)
+        assert "forward" not in emb.__dict__  # the plain forward again after the block
+        want = perturb(z, 1e-2, weight)[ids]
+    assert torch.equal(out, want)
+    assert sizes and max(sizes) < weight.numel() // 10  # only the looked-up rows were perturbed
+    monkeypatch.setattr(zo, "_ROWS_MIN_VALUES", 1 << 62)  # control: the whole-copy swap is seen by the checks
+    whole = Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=5)
+    with torch.inference_mode(), whole.perturbed(0, 0, 1e-2):
+        assert emb.weight.data_ptr() != ptr and torch.equal(emb(ids), want)
+    assert max(sizes) == weight.numel()
