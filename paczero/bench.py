@@ -18,6 +18,9 @@ track, N, dtype and device, in the same process:
     phase runs in its own fresh process and reports its resident high-water
     mark (``VmHWM``, reset after set-up through ``/proc/self/clear_refs`` so
     that model loading does not count); on CUDA ``max_memory_allocated``;
+    with ``--memory-repeats K`` each phase runs in K fresh processes, the phases
+    alternating, and the medians are compared (a resident peak of the same
+    code scatters by tens of MiB between processes on glibc);
 (e) ``privacy_s``: the time of ``mechanism.step`` (subset signs, calibration);
 (f) step time at 2N (goal: x2) and at 2M (goal: x1), again as medians of
     ratios within interleaved rounds (N, 2N, 2M steps in turn; CPU time on CPU).
@@ -62,6 +65,7 @@ class BenchConfig:
     lr: float = 1e-6
     scaling: bool = True
     memory: bool = True
+    memory_repeats: int = 1         # fresh processes per memory phase (phases alternate; medians reported)
     world: int = 1                  # > 1: also time a data-parallel step with this many processes
     threads: int | None = None      # torch intra-op threads (None: torch's default)
     seed: int = 0
@@ -249,9 +253,22 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     gc.collect()
 
     if cfg.memory:
-        res["memory"] = {phase: memory_phase(cfg, phase) for phase in ("inference", "train")}
+        # the phases alternate (inference, train, inference, ...): a resident peak of the same code scatters
+        # by tens of MiB between processes (glibc's heap), so with repeats each phase reports its median
+        runs = {"inference": [], "train": []}
+        for _ in range(max(1, cfg.memory_repeats)):
+            for phase in runs:
+                runs[phase].append(memory_phase(cfg, phase))
+        res["memory"] = {}
+        for phase, rs in runs.items():
+            peaks = sorted(r["peak_bytes"] for r in rs)
+            res["memory"][phase] = {**rs[0], "peak_bytes": int(statistics.median(peaks)), "peaks_bytes": peaks}
         res["memory_ratio"] = res["memory"]["train"]["peak_bytes"] / res["memory"]["inference"]["peak_bytes"]
-        log(f"  memory  train/inference peak {res['memory_ratio']:.3f}")
+        spread = ""
+        if cfg.memory_repeats > 1:
+            spread = "  (" + "; ".join(f"{p} {min(r['peaks_bytes']) / 2**20:.0f}-{max(r['peaks_bytes']) / 2**20:.0f} MiB"
+                                       for p, r in res["memory"].items()) + f", {cfg.memory_repeats} runs each)"
+        log(f"  memory  train/inference peak {res['memory_ratio']:.3f}{spread}")
     if cfg.world > 1:
         # both sides spawned the same way: world 1 with all the threads, world W with threads / W each
         res["dp"] = dp_step_time(cfg, cfg.world)
@@ -419,6 +436,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--world", type=int, default=1, help="also time a data-parallel step with this many processes")
     p.add_argument("--no-scaling", dest="scaling", action="store_false", help="skip the 2N and 2M steps")
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory phases")
+    p.add_argument("--memory-repeats", type=int, default=d.memory_repeats,
+                   help="fresh processes per memory phase, alternating; the medians are compared")
     p.add_argument("--random-init", action="store_true",
                    help="build each model from its config alone with random weights (speed and memory do not "
                         "depend on the weights; a local folder needs only config.json and the tokenizer)")
@@ -432,6 +451,13 @@ def run(ns: argparse.Namespace) -> int:
         raise ValueError("bench needs N >= 2 and an even M >= 2")
     if base.lockstep < 0:
         raise ValueError("--lockstep must be >= 0")
+    for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),
+                        ("--world", base.world), ("--num-directions", base.num_directions),
+                        ("--token-budget", base.token_budget), ("--threads", base.threads or 1)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if ns.json_out and os.path.exists(ns.json_out):
+        raise ValueError(f"--json-out {ns.json_out} exists; give a new path (results are never written over a file)")
     results = []
     for model in ns.model:
         for track in ns.track:

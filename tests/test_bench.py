@@ -105,3 +105,33 @@ def test_arch_folders_never_overwrite(tmp_path):
     from transformers import AutoConfig
     cfg = AutoConfig.from_pretrained(tmp_path / "fresh" / "opt-6.7b")
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.ffn_dim) == (4096, 32, 16384)
+
+
+def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
+    """``--memory-repeats K``: K fresh processes per phase, inference and train alternating; the ratio is
+    that of the medians (the resident peak of the same code scatters between processes)."""
+    import paczero.bench as bench
+    calls = []
+    peaks = {"inference": iter([100, 130, 110]), "train": iter([150, 120, 400])}
+
+    def fake(cfg, phase):
+        calls.append(phase)
+        return {"peak_bytes": next(peaks[phase]) << 20, "before_bytes": 0, "peak_reset": True, "kind": "test"}
+
+    monkeypatch.setattr(bench, "memory_phase", fake)
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory_repeats=3), log=lambda s: None)
+    assert calls == ["inference", "train"] * 3
+    assert res["memory"]["inference"]["peaks_bytes"] == [100 << 20, 110 << 20, 130 << 20]
+    assert res["memory_ratio"] == 150 / 110  # medians: 110 and 150 (the 400 outlier does not count)
+
+
+@pytest.mark.parametrize("argv", [["--memory-repeats", "0"], ["--steps", "0"], ["--world", "0"]])
+def test_bench_bad_values_and_an_existing_json_out_give_exit_2(argv, tmp_path, capsys):
+    from paczero.cli import main
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "must be >= 1" in err
+    out = tmp_path / "mine.json"
+    out.write_text("my results")
+    assert main(["bench", "--json-out", str(out)]) == 2
+    assert "exists" in capsys.readouterr().err and out.read_text() == "my results"
