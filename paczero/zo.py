@@ -188,6 +188,7 @@ class Perturber:
     def __init__(self, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
                  public_seed: int, *, cache_limit: int | None = None, big_values: int = DEFAULT_BIG_VALUES,
                  lockstep: int = DEFAULT_LOCKSTEP, token_budget: int | None = None):
+        refuse_offloaded(params)
         self.model = model
         self.params = [p for _, p in params]
         self.names = [n for n, _ in params]
@@ -481,7 +482,7 @@ class Perturber:
         """The forward of one owner module inside a block: a lock-step member parks at it, any other
         caller evaluates it at once at the current scale."""
         kind = None
-        if not wrapped:  # a forward already wrapped (accelerate offloading) must run as it is
+        if not wrapped:  # a forward already wrapped (accelerate's device hooks) must run as it is
             big = sum(p.numel() for p in own) > self.big_values
             if type(module).forward is torch.nn.Linear.forward and own[0] is module.weight:
                 kind = self._linear_big if big and not rows else self._linear  # rows: from the cached z
@@ -787,6 +788,21 @@ class Perturber:
 
     def remove(self) -> None:
         """Nothing to undo: module forwards are only rerouted inside an evaluation block."""
+
+
+def refuse_offloaded(params: Sequence[tuple[str, torch.nn.Parameter]]) -> None:
+    """Refuse trained parameters that a ``device_map`` offloaded (to CPU or disk beside the accelerators).
+
+    They live on the meta device while accelerate's hooks load their stored values
+    for each forward: no perturbed tensor can be swapped in and no update reaches
+    the stored weights. One clear error instead of a traceback from inside a step.
+    Sharding over several accelerators (every trained weight resident) is fine.
+    """
+    meta = [n for n, p in params if p.device.type == "meta"]
+    if meta:
+        raise ValueError(f"the device map offloaded {len(meta)} trained tensors (first: {meta[0]}) to CPU or "
+                         "disk; zeroth-order training cannot perturb or update them: use more or larger GPUs, "
+                         "bf16/fp16, or --track lora")
 
 
 def _perturb(z: torch.Tensor, scale: float, base: torch.Tensor) -> torch.Tensor:

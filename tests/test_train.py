@@ -198,3 +198,31 @@ def test_unloadable_hub_model_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     assert main(["eval", "no-such-org/no-such-model"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no-such-org/no-such-model" in err[0]
+
+
+def test_offloaded_trained_weights_are_refused(monkeypatch):
+    """A device map that offloads trained weights (to CPU or disk beside the accelerators) leaves them on the
+    meta device, loaded by accelerate's hooks for each forward: they cannot be perturbed or updated. The
+    perturber refuses them with one clear error (shown on CPU with accelerate's own offloading)."""
+    accelerate = pytest.importorskip("accelerate")
+    import numpy as np
+
+    from paczero import zo
+    from paczero.models import load_model, trainable_parameters
+    from paczero.tasks import build_task, load_splits
+
+    lm = load_model("tiny-opt", track="ft")
+    task = build_task("demo", lm.tokenizer)
+    batches = task.make_batches(task.encode(load_splits("demo", n_train=6, n_dev=1, n_test=1)[0]), token_budget=64)
+
+    def scalars():
+        pert = zo.Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=1, cache_limit=0)
+        return zo.two_point_scalars(pert, 0, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 6, "cpu")[0]
+
+    assert np.all(scalars() != 0)  # resident: accepted
+    accelerate.cpu_offload(lm.model, execution_device="cpu")
+    with pytest.raises(ValueError, match="offloaded .* trained tensors"):
+        scalars()
+    monkeypatch.setattr(zo, "refuse_offloaded", lambda params: None)  # control: without it, a deep traceback
+    with pytest.raises(RuntimeError):
+        scalars()
