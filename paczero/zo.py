@@ -28,7 +28,8 @@ Evaluation paths, one arithmetic (bit-identical results, tested):
 
 * cached (LoRA, tiny models: at most ``cache_limit`` trainable values): z is
   cached for the step and reused by the update; the perturbed tensors are
-  swapped in once per ± block;
+  swapped in once per ± block, except a trained embedding's (full fine-tuning),
+  whose forwards perturb only the looked-up rows from the cached z;
 * uncached (full fine-tuning): while a block is open, the forward of every
   module that owns trainable parameters is rerouted: it evaluates the module
   with the perturbed tensor, never writing to the parameter. Linear layers
@@ -289,6 +290,7 @@ class Perturber:
         p = self.params[i]
         z = torch.empty(p.shape, device=p.device, dtype=torch.float32)
         # outside any forward (a block's entry, the update): the chunks drawn by the worker threads too
+        self._chunk_seeds(key)  # computed once, before the threads read them
         _POOL.run(partial(self._fill_range, key, z), self._layouts[i].n_chunks, p.device)
         if self.cache:
             self._z_cache[key] = z
