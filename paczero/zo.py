@@ -121,9 +121,10 @@ class _Layout:
 
 
 class _Pool:
-    """Worker threads for the uncached update (torch releases the GIL); one generator per thread.
+    """Worker threads for the uncached update and a cached step's one draw of z (torch releases the GIL);
+    one generator per thread.
 
-    Only the update uses them: inside a forward torch's OpenMP threads still spin
+    The uncached forwards do not use them: there torch's OpenMP threads still spin
     after each product, and a worker competing with them for the cores was
     measured to cost more than it saves (docs/performance.md).
     """
@@ -289,7 +290,8 @@ class Perturber:
                 self._z_cache.clear()  # a new step: the previous step's directions are done
         p = self.params[i]
         z = torch.empty(p.shape, device=p.device, dtype=torch.float32)
-        # outside any forward (a block's entry, the update): the chunks drawn by the worker threads too
+        # split between the worker threads (a cached z: once a step, at a block's entry or at an
+        # embedding's first lookup in the block's first forward)
         self._chunk_seeds(key)  # computed once, before the threads read them
         _POOL.run(partial(self._fill_range, key, z), self._layouts[i].n_chunks, p.device)
         if self.cache:
