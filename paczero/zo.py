@@ -243,7 +243,7 @@ class Perturber:
             if plain_emb and len(plain_emb) + len(plain_lin) == len(mods) \
                     and not any("forward" in m.__dict__ for m, _ in mods):
                 chosen.add(id(p))
-                modules += [(m, own) for m, own in mods]
+                modules += mods
         return chosen, modules
 
     # -- directions -----------------------------------------------------
