@@ -262,7 +262,8 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         res["memory"] = {}
         for phase, rs in runs.items():
             peaks = sorted(r["peak_bytes"] for r in rs)
-            res["memory"][phase] = {**rs[0], "peak_bytes": int(statistics.median(peaks)), "peaks_bytes": peaks}
+            res["memory"][phase] = {**rs[0], "peak_bytes": int(statistics.median(peaks)), "peaks_bytes": peaks,
+                                    "before_bytes": int(statistics.median(r["before_bytes"] for r in rs))}
         res["memory_ratio"] = res["memory"]["train"]["peak_bytes"] / res["memory"]["inference"]["peak_bytes"]
         spread = ""
         if cfg.memory_repeats > 1:
@@ -453,7 +454,7 @@ def run(ns: argparse.Namespace) -> int:
         raise ValueError("--lockstep must be >= 0")
     for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),
                         ("--world", base.world), ("--num-directions", base.num_directions),
-                        ("--token-budget", base.token_budget), ("--threads", base.threads or 1)):
+                        ("--token-budget", base.token_budget), ("--threads", 1 if base.threads is None else base.threads)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if ns.json_out and os.path.exists(ns.json_out):

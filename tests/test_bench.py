@@ -125,7 +125,7 @@ def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
     assert res["memory_ratio"] == 150 / 110  # medians: 110 and 150 (the 400 outlier does not count)
 
 
-@pytest.mark.parametrize("argv", [["--memory-repeats", "0"], ["--steps", "0"], ["--world", "0"]])
+@pytest.mark.parametrize("argv", [["--memory-repeats", "0"], ["--steps", "0"], ["--world", "0"], ["--threads", "0"]])
 def test_bench_bad_values_and_an_existing_json_out_give_exit_2(argv, tmp_path, capsys):
     from paczero.cli import main
     assert main(["bench", *argv]) == 2
