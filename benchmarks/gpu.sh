@@ -23,6 +23,7 @@ if [[ $what == tests || $what == all ]]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   "$py" -c "import torch, transformers, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__)"
   "$py" -m pytest -q -rfE tests/test_cuda.py 2>&1 | tee "$out/test_cuda.log"
+  "$py" benchmarks/kernels_cuda.py 2>&1 | tee "$out/kernels.json"  # fused direction kernels against torch's
 fi
 if [[ $what == small || $what == all ]]; then
   bench tiny-opt --model tiny-opt --track lora ft --n 1000 --dtype bf16 --steps 5
@@ -30,6 +31,8 @@ if [[ $what == small || $what == all ]]; then
 fi
 if [[ $what == opt13 || $what == all ]]; then
   bench opt-1.3b --model "$arch/opt-1.3b" --random-init --track lora ft --n 1000 --dtype bf16 --steps 3
+  "$py" benchmarks/profile_step.py --model "$arch/opt-1.3b" --random-init --device cuda --dtype bf16 --track ft \
+    --n 1000 --out "$out/profile-opt-1.3b" 2>&1 | tail -60
 fi
 if [[ $what == opt67 || $what == all ]]; then
   bench opt-6.7b --model "$arch/opt-6.7b" --random-init --track lora ft --n 1000 --dtype bf16 --steps 3 --no-scaling

@@ -10,7 +10,10 @@ How z is defined. For trainable parameter i, z is the concatenation along the
 parameter's first dimension of independent *chunks* of whole rows, about
 ``chunk_values(device)`` values each (2^14 on CPU, 2^24 on accelerators);
 chunk c is ``torch.randn`` from a generator seeded with
-``chunk_seeds(direction_seed(seed, step, k, i))[c]``. Chunks let CPU threads
+``chunk_seeds(direction_seed(seed, step, k, i))[c]``; on CUDA, where Triton is
+installed (it ships with torch's CUDA wheels), chunk c is instead the
+counter-based Philox stream of :mod:`paczero.cuda_directions` keyed by the same
+seed, which fused kernels compute where it is used (no z is ever stored there). Chunks let CPU threads
 fill one direction in parallel, let an embedding draw only the rows a batch
 looks up, and let a large LM head be perturbed block by block, so no
 full-size copy of it ever exists. (The chunk size depends on the device type,
@@ -63,6 +66,8 @@ import torch
 import torch.nn.functional as F
 from greenlet import greenlet
 
+from paczero import cuda_directions as _cd
+
 
 def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
     """The base seed of direction k of step `step` for trainable parameter `index` (public)."""
@@ -90,12 +95,16 @@ def chunk_values(device) -> int:
 
 #: trainable sets up to this many values (LoRA, tiny models) cache z for the step
 DEFAULT_CACHE_LIMIT = 1 << 24
-#: uncached: an embedding or Linear above this many values is never perturbed whole
+#: uncached: an embedding or Linear above this many values is never perturbed whole (on CPU)
 DEFAULT_BIG_VALUES = 1 << 22
+#: the same on an accelerator, whose memory is the weights plus little: every Linear of OPT-6.7B's layers
+#: (at most 2^26 values) is perturbed whole, one product per call instead of one per block of rows
+ACCELERATOR_BIG_VALUES = 1 << 26
 #: uncached: micro-batches whose + and - forwards run in lock-step (one draw of z per module for all)
 DEFAULT_LOCKSTEP = 1
-#: values per block of output rows of such a Linear
+#: values per block of output rows of such a Linear (CPU; on an accelerator 2^24)
 _BLOCK_VALUES = 1 << 20
+_ACCELERATOR_BLOCK_VALUES = 1 << 24
 #: cached: a trained embedding of at least this many values is perturbed by looked-up rows
 _ROWS_MIN_VALUES = 1 << 16
 #: values per block of the cached update's arithmetic (no full-size temporary)
@@ -188,7 +197,7 @@ class Perturber:
     """
 
     def __init__(self, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
-                 public_seed: int, *, cache_limit: int | None = None, big_values: int = DEFAULT_BIG_VALUES,
+                 public_seed: int, *, cache_limit: int | None = None, big_values: int | None = None,
                  lockstep: int = DEFAULT_LOCKSTEP, token_budget: int | None = None):
         refuse_offloaded(params)
         self.model = model
@@ -197,9 +206,13 @@ class Perturber:
         self.public_seed = int(public_seed)
         self.numel = sum(p.numel() for p in self.params)
         self.cache = self.numel <= (DEFAULT_CACHE_LIMIT if cache_limit is None else cache_limit)
-        self.big_values = int(big_values)
+        #: None: ``DEFAULT_BIG_VALUES`` on CPU, ``ACCELERATOR_BIG_VALUES`` elsewhere
+        self.big_values = None if big_values is None else int(big_values)
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self._layouts = [_Layout(p.shape, chunk_values(p.device)) for p in self.params]
+        #: parameters whose z is :mod:`paczero.cuda_directions`' (CUDA with Triton): fused kernels
+        self._fused = [_cd.enabled(p.device) for p in self.params]
+        self._seeds_dev: dict[tuple[int, int, int], torch.Tensor] = {}  # chunk seeds on the parameter's device
         self._state: tuple[int, int] | None = None  # (step, k) of the open block
         self._sign: float | None = None  # the scale of a forward that is not a lock-step member
         self._depth = 0  # nesting of owner-module evaluations (scratch slots per level)
@@ -252,8 +265,16 @@ class Perturber:
         if seeds is None:
             if len(self._seeds) > 4096:
                 self._seeds.clear()
+                self._seeds_dev.clear()
             seeds = self._seeds[key] = chunk_seeds(direction_seed(self.public_seed, *key),
                                                    self._layouts[key[2]].n_chunks)
+        return seeds
+
+    def _device_seeds(self, key: tuple[int, int, int]) -> torch.Tensor:
+        """The chunk seeds of ``key`` on its parameter's device (fused kernels)."""
+        seeds = self._seeds_dev.get(key)
+        if seeds is None:
+            seeds = self._seeds_dev[key] = _cd.seeds_tensor(self._chunk_seeds(key), self.params[key[2]].device)
         return seeds
 
     def _fill(self, key: tuple[int, int, int], out: torch.Tensor, first: int, last: int,
@@ -261,9 +282,15 @@ class Perturber:
         """Write z's chunks ``first..last-1`` (whole rows, from the chunks' first row) into fp32 ``out``.
 
         With ``scale`` and ``base``: ``out = fl(fl(z * scale) + base)`` chunk by chunk, base given
-        over the same rows (the perturbed value, computed while the chunk is in cache).
+        over the same rows (the perturbed value, computed while the chunk is in cache); fused, ``out``
+        may have base's dtype (the fp32 value rounded once as it is stored).
         """
         lay = self._layouts[key[2]]
+        if self._fused[key[2]]:
+            _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, int(np.prod(lay.shape)) if lay.shape else 1,
+                       first, last, mode=_cd.MODE_Z if base is None else _cd.MODE_PERTURB, out1=out,
+                       theta=None if base is None else base.contiguous(), scale=0.0 if scale is None else scale)
+            return
         seeds = self._chunk_seeds(key)
         flat = out.view(-1, lay.row) if lay.shape else out.view(1, 1)
         flat_base = None
@@ -293,7 +320,10 @@ class Perturber:
         # split between the worker threads (a cached z: once a step, at a block's entry or at an
         # embedding's first lookup in the block's first forward)
         self._chunk_seeds(key)  # computed once, before the threads read them
-        _POOL.run(partial(self._fill_range, key, z), self._layouts[i].n_chunks, p.device)
+        if self._fused[i]:  # one kernel for every chunk
+            self._fill_range(key, z, 0, self._layouts[i].n_chunks)
+        else:
+            _POOL.run(partial(self._fill_range, key, z), self._layouts[i].n_chunks, p.device)
         if self.cache:
             self._z_cache[key] = z
         return z
@@ -322,6 +352,8 @@ class Perturber:
         if self.cache:  # the step's z is drawn whole anyway (the update reuses it)
             return torch.index_select(self.direction(step, k, i).view(lay.rows, -1), 0, rows).view(
                 -1, *lay.shape[1:])
+        if self._fused[i]:  # each row computed where it lies: no chunk is drawn, nothing waits for the device
+            return _cd.rows(self._device_seeds((step, k, i)), lay.per_chunk, lay.row, rows).view(-1, *lay.shape[1:])
         if not (device.type != "cpu" if grouped is None else grouped):
             return self._direction_rows_at_once(step, k, i, rows)
         out = torch.empty((rows.numel(), lay.row), device=device)
@@ -404,9 +436,9 @@ class Perturber:
                 value = self._memo[(i, scale)] = _perturb(self.direction(step, k, i), scale, orig)
             return value
         else:
-            t = self._buffer(slot, orig.shape, orig.device)
+            t = self._buffer(slot, orig.shape, orig.device, orig.dtype if self._fused[i] else torch.float32)
             self._fill((step, k, i), t, 0, self._layouts[i].n_chunks, scale, orig)
-        return t if orig.dtype == torch.float32 else t.to(orig.dtype)
+        return t if orig.dtype == t.dtype else t.to(orig.dtype)
 
     # -- evaluation at theta +/- mu z -----------------------------------------
     @contextmanager
@@ -487,7 +519,9 @@ class Perturber:
         caller evaluates it at once at the current scale."""
         kind = None
         if not wrapped:  # a forward already wrapped (accelerate's device hooks) must run as it is
-            big = sum(p.numel() for p in own) > self.big_values
+            limit = self.big_values if self.big_values is not None else \
+                DEFAULT_BIG_VALUES if own[0].device.type == "cpu" else ACCELERATOR_BIG_VALUES
+            big = sum(p.numel() for p in own) > limit
             if type(module).forward is torch.nn.Linear.forward and own[0] is module.weight:
                 kind = self._linear_big if big and not rows else self._linear  # rows: from the cached z
             elif (big or rows) and type(module).forward is torch.nn.Embedding.forward \
@@ -590,11 +624,16 @@ class Perturber:
     def _generic(self, own, inner, step, k, calls):
         """Any owner module: its perturbed tensors swapped in for each call's own evaluation only."""
         groups = self._by_scale(calls)
+        scales = [s for s, _ in groups]
         saved = [p.data for p in own]
-        zs = [self._z(step, k, p, self._slot(("z", n))) for n, p in enumerate(own)] if len(groups) > 1 else None
-        ms = None if zs is None else [self._premultiply(z, [s for s, _ in groups]) for z in zs]
+        fused = [self._fused_values(p, w, step, k, scales, self._slot(("p", n)))
+                 for n, (p, w) in enumerate(zip(own, saved))]
+        zs = [self._z(step, k, p, self._slot(("z", n))) if fused[n] is None else None
+              for n, p in enumerate(own)] if len(groups) > 1 else None
+        ms = None if zs is None else [None if z is None else self._premultiply(z, scales) for z in zs]
         for s, positions in groups:
-            values = [self._perturbed_value(p, w, step, k, s, self._slot(("p", n))) if zs is None
+            values = [fused[n][s] if fused[n] is not None
+                      else self._perturbed_value(p, w, step, k, s, self._slot(("p", n))) if zs is None
                       else self._combine(zs[n], s, w, self._slot(("p", n)), ms[n])
                       for n, (p, w) in enumerate(zip(own, saved))]
             for j in positions:
@@ -619,6 +658,33 @@ class Perturber:
         z = self._buffer(slot, p.shape, p.device)
         self._fill((step, k, i), z, 0, self._layouts[i].n_chunks)
         return z
+
+    def _fused_values(self, p: torch.nn.Parameter, base: torch.Tensor, step: int, k: int, scales, slot,
+                      first: int = 0, last: int | None = None) -> dict | None:
+        """Fused kernels (see :mod:`paczero.cuda_directions`): {scale: fl(fl(z * scale) + base)} in base's
+        dtype, written into scratch by kernels that draw z as they go; both signs of a block from one kernel
+        and one product. ``base`` is p's data over chunks ``first..last-1``. None where p's z is torch's."""
+        i = self._index[id(p)]
+        if not self._fused[i]:
+            return None
+        lay = self._layouts[i]
+        last = lay.n_chunks if last is None else last
+        key, numel = (step, k, i), p.numel()
+        base = base.contiguous()
+        mags = {abs(s) for s in scales}
+        if len(scales) == 2 and len(mags) == 1 and 0.0 not in mags:
+            m = mags.pop()
+            plus = self._buffer((slot, "+"), base.shape, base.device, base.dtype)
+            minus = self._buffer((slot, "-"), base.shape, base.device, base.dtype)
+            _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, numel, first, last, mode=_cd.MODE_PAIR,
+                       out1=plus, out2=minus, theta=base, scale=m)
+            return {m: plus, -m: minus}
+        values = {}
+        for n, s in enumerate(scales):
+            values[s] = self._buffer((slot, n), base.shape, base.device, base.dtype)
+            _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, numel, first, last, mode=_cd.MODE_PERTURB,
+                       out1=values[s], theta=base, scale=s)
+        return values
 
     @staticmethod
     def _premultiply(z: torch.Tensor, scales) -> float | None:
@@ -652,6 +718,9 @@ class Perturber:
             return {s: None for s in scales}
         if id(b) not in self._index:
             return {s: b.data for s in scales}
+        fused = self._fused_values(b, b.data, step, k, scales, self._slot("pb"))
+        if fused is not None:
+            return fused
         zb = self._z(step, k, b, self._slot("zb"))
         return {s: _perturb(zb, s, b.data) for s in scales}
 
@@ -659,11 +728,14 @@ class Perturber:
         """y = x W^T + b at each call's scale, the product written straight into the output."""
         w = module.weight
         groups = self._by_scale(calls)
-        bias = self._bias(module, step, k, [s for s, _ in groups])
-        zw = self._z(step, k, w, self._slot(("z", 0))) if len(groups) > 1 else None
-        m = None if zw is None else self._premultiply(zw, [s for s, _ in groups])
+        scales = [s for s, _ in groups]
+        bias = self._bias(module, step, k, scales)
+        fused = self._fused_values(w, w.data, step, k, scales, self._slot(("p", 0)))
+        zw = self._z(step, k, w, self._slot(("z", 0))) if len(groups) > 1 and fused is None else None
+        m = None if zw is None else self._premultiply(zw, scales)
         for s, positions in groups:
-            pw = self._perturbed_value(w, w.data, step, k, s, self._slot(("p", 0))) if zw is None \
+            pw = fused[s] if fused is not None \
+                else self._perturbed_value(w, w.data, step, k, s, self._slot(("p", 0))) if zw is None \
                 else self._combine(zw, s, w.data, self._slot(("p", 0)), m)
             for j in positions:
                 x = calls[j][1]
@@ -706,19 +778,26 @@ class Perturber:
         i = self._index[id(w)]
         lay = self._layouts[i]
         groups = self._by_scale(calls)
-        bias = self._bias(module, step, k, [s for s, _ in groups])
+        scales = [s for s, _ in groups]
+        bias = self._bias(module, step, k, scales)
         xs = [x.reshape(-1, x.shape[-1]) for _, x in calls]
         ys = [x.new_empty((*x.shape[:-1], lay.rows)) for _, x in calls]
         calls[:] = [None] * len(calls)
-        per_block = max(1, _BLOCK_VALUES // (lay.per_chunk * lay.row))
-        z = self._buffer(self._slot("zblock"), (per_block * lay.per_chunk, lay.row), w.device)
+        block = _BLOCK_VALUES if w.device.type == "cpu" else _ACCELERATOR_BLOCK_VALUES
+        per_block = max(1, block // (lay.per_chunk * lay.row))
+        fused = self._fused[i]
+        z = None if fused else self._buffer(self._slot("zblock"), (per_block * lay.per_chunk, lay.row), w.device)
         for first in range(0, lay.n_chunks, per_block):
             last = min(first + per_block, lay.n_chunks)
             a, e = lay.chunk_rows(first)[0], lay.chunk_rows(last - 1)[1]
-            self._fill((step, k, i), z[:e - a], first, last)
-            m = self._premultiply(z[:e - a], [s for s, _ in groups]) if len(groups) > 1 else None
+            if fused:
+                values = self._fused_values(w, w.data[a:e], step, k, scales, self._slot(("pblock", e - a)),
+                                            first, last)
+            else:
+                self._fill((step, k, i), z[:e - a], first, last)
+                m = self._premultiply(z[:e - a], scales) if len(groups) > 1 else None
             for s, positions in groups:
-                pw = self._combine(z[:e - a], s, w.data[a:e], self._slot(("pblock", e - a)), m)
+                pw = values[s] if fused else self._combine(z[:e - a], s, w.data[a:e], self._slot(("pblock", e - a)), m)
                 b = None if bias[s] is None else bias[s][a:e]
                 for j in positions:
                     ys[j].view(-1, lay.rows)[:, a:e] = F.linear(xs[j], pw, b)
@@ -768,10 +847,20 @@ class Perturber:
     def _update_chunked(self, step: int, i: int, p: torch.nn.Parameter, scales: list[float], decay: float) -> None:
         """The same element-wise arithmetic as the cached update, chunk by chunk (no whole z)."""
         lay = self._layouts[i]
+        device = p.device
+        if self._fused[i]:  # one kernel: every direction's z drawn as it is used, theta rounded once
+            live = [(k, s) for k, s in enumerate(scales) if s]
+            seeds = torch.stack([self._device_seeds((step, k, i)) for k, _ in live]) if live else \
+                torch.zeros((0, lay.n_chunks), dtype=torch.int64, device=device)
+            coefs = torch.tensor([s for _, s in live], dtype=torch.float32).to(device)
+            data = p.data if p.data.is_contiguous() else p.data.contiguous()
+            _cd.update(seeds, coefs, lay.per_chunk * lay.row, data, 1.0 - decay)
+            if data is not p.data:
+                p.data.copy_(data)
+            return
         flat = p.data.view(-1, lay.row) if lay.shape else p.data.view(1, 1)
         fp32 = p.dtype == torch.float32
         seeds = [self._chunk_seeds((step, k, i)) if s else None for k, s in enumerate(scales)]
-        device = p.device
 
         def work(lo: int, hi: int) -> None:
             gen = _POOL.generator(device)

@@ -122,3 +122,80 @@ def test_perturbation_arithmetic_on_cuda(dtype):
     base = torch.randn(1 << 20, generator=gen, device="cuda").to(dtype)
     for s in (1e-3, -1e-3):
         assert torch.equal(_perturb(z, s, base), ((z * s) + base.float()).to(dtype))
+
+
+@pytest.fixture(params=["fused", "torch"])
+def direction_source(request, monkeypatch):
+    """Both sources of z on CUDA: the fused Triton kernels (the default) and torch's generator."""
+    from paczero import cuda_directions
+    if request.param == "torch":
+        monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
+    elif not cuda_directions.enabled("cuda"):
+        pytest.skip("Triton is not installed")
+    return request.param
+
+
+@pytest.mark.parametrize("name,dtype", [("tiny-opt", "bf16"), ("tiny-llama", "fp16"), ("tiny-gpt2", "fp32")])
+def test_paths_agree_with_either_direction_source(direction_source, name, dtype):
+    """Lock-step, blocked Linear layers, row-drawn embeddings and one forward at a time: the same scalars
+    bit for bit whichever generator defines z; restoration exact; the update is theta - lr c z."""
+    lm, task, batches, params = _setup(name, "ft", dtype)
+    before = [p.detach().clone() for _, p in params]
+    seq, _ = _scalars(lm, task, batches, params, cache_limit=0, lockstep=0)
+    for kw in ({"lockstep": 1}, {"lockstep": 2, "token_budget": 96}, {"lockstep": 1, "big_values": 1000}):
+        g, _ = _scalars(lm, task, batches, params, cache_limit=0, **kw)
+        assert np.array_equal(g, seq), kw
+    assert all(torch.equal(p.detach(), b) for (_, p), b in zip(params, before))
+    pert = Perturber(lm.model, params, public_seed=5, cache_limit=0)
+    assert pert._fused[0] == (direction_source == "fused")
+    cached = Perturber(lm.model, params, public_seed=5, cache_limit=1 << 30)
+    pert.apply_update(3, [1.0, -0.5], lr=0.2, weight_decay=0.1)
+    for i, ((_, p), b) in enumerate(zip(params, before)):
+        acc = b.float() * (1.0 - 0.02)
+        acc = acc - cached.direction(3, 0, i) * 0.1
+        acc = acc - cached.direction(3, 1, i) * -0.05
+        assert torch.equal(p.detach(), acc.to(p.dtype)), i
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_fused_kernels_match_their_definition_on_cuda(dtype):
+    """z against the float64 reference of its definition; the pair, single perturbation, rows and update
+    kernels against torch's arithmetic on that z, bit for bit (no multiply-add fusion)."""
+    from paczero import cuda_directions as cd
+    from paczero.zo import chunk_seeds
+    if not cd.enabled("cuda"):
+        pytest.skip("Triton is not installed")
+    rows, cols, per_chunk = 300, 1000, 128  # 3 chunks, the last partial; chunk offsets not multiples of 1024
+    numel, CH = rows * cols, per_chunk * cols
+    seeds_np = chunk_seeds(77, 3)
+    seeds = cd.seeds_tensor(seeds_np, "cuda")
+    z = torch.empty(rows, cols, device="cuda")
+    cd.chunks(seeds, CH, numel, 0, 3, mode=cd.MODE_Z, out1=z)
+    flat = z.view(-1).double().cpu().numpy()
+    for c in range(3):
+        n = min(CH, numel - c * CH)
+        ref = cd.reference_values(int(seeds_np[c]), np.arange(n))
+        np.testing.assert_allclose(flat[c * CH:c * CH + n], ref, rtol=0, atol=4e-6)
+    part = torch.empty(rows - per_chunk, cols, device="cuda")  # chunks 1..2 alone
+    cd.chunks(seeds, CH, numel, 1, 3, mode=cd.MODE_Z, out1=part)
+    assert torch.equal(part, z[per_chunk:])
+    theta = torch.randn(rows, cols, device="cuda").to(dtype)
+    plus, minus, one = (torch.empty_like(theta) for _ in range(3))
+    cd.chunks(seeds, CH, numel, 0, 3, mode=cd.MODE_PAIR, out1=plus, out2=minus, theta=theta, scale=1e-3)
+    cd.chunks(seeds, CH, numel, 0, 3, mode=cd.MODE_PERTURB, out1=one, theta=theta, scale=-1e-3)
+    t = z * 1e-3
+    assert torch.equal(plus, torch.add(t, theta, out=torch.empty_like(theta)))
+    assert torch.equal(minus, torch.sub(theta, t, out=torch.empty_like(theta)))
+    assert torch.equal(one, minus)
+    idx = torch.tensor([0, 127, 128, 299, 5, 5], device="cuda")
+    assert torch.equal(cd.rows(seeds, per_chunk, cols, idx), z[idx])
+    seeds2 = cd.seeds_tensor(chunk_seeds(78, 3), "cuda")
+    z2 = torch.empty_like(z)
+    cd.chunks(seeds2, CH, numel, 0, 3, mode=cd.MODE_Z, out1=z2)
+    th = theta.clone()
+    cd.update(torch.stack([seeds, seeds2]), torch.tensor([0.5, -0.25], device="cuda"), CH, th, 0.99)
+    assert torch.equal(th, (((theta.float() * 0.99) - z * 0.5) - z2 * -0.25).to(dtype))
+    # a negative control: a fused multiply-add (one rounding of theta + z m) differs somewhere in fp32
+    if dtype == torch.float32:
+        m = torch.tensor(1e-3, dtype=torch.float32).double()
+        assert not torch.equal((theta.double() + z.double() * m).float(), plus)
