@@ -13,8 +13,8 @@ chunk c is ``torch.randn`` from a generator seeded with
 ``chunk_seeds(direction_seed(seed, step, k, i))[c]``; on CUDA, where Triton is
 installed (it ships with torch's CUDA wheels), chunk c is instead the
 counter-based Philox stream of :mod:`paczero.cuda_directions` keyed by the same
-seed, which fused kernels compute where it is used (no z is ever stored there). Chunks let CPU threads
-fill one direction in parallel, let an embedding draw only the rows a batch
+seed, which fused kernels compute where it is used (no z is stored there).
+Chunks let CPU threads fill one direction in parallel, let an embedding draw only the rows a batch
 looks up, and let a large LM head be perturbed block by block, so no
 full-size copy of it ever exists. (The chunk size depends on the device type,
 as torch's generators already do: a run resumed on another kind of device
@@ -98,7 +98,8 @@ DEFAULT_CACHE_LIMIT = 1 << 24
 #: uncached: an embedding or Linear above this many values is never perturbed whole (on CPU)
 DEFAULT_BIG_VALUES = 1 << 22
 #: the same on an accelerator, whose memory is the weights plus little: every Linear of OPT-6.7B's layers
-#: (at most 2^26 values) is perturbed whole, one product per call instead of one per block of rows
+#: (at most 2^26 values) is perturbed whole, one product per call instead of one per block of rows; so is
+#: an embedding of at most 2^26 values (SmolLM2's), which spares the row path's wait for torch.unique
 ACCELERATOR_BIG_VALUES = 1 << 26
 #: uncached: micro-batches whose + and - forwards run in lock-step (one draw of z per module for all)
 DEFAULT_LOCKSTEP = 1
