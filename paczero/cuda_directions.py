@@ -69,8 +69,14 @@ def _kernel(name: str):
     return _KERNELS["kernels"][name]
 
 
-def _launch(kernel, grid, *args, **meta):
-    kernel[grid](*args, enable_fp_fusion=False, **meta)
+def _launch(kernel, grid, device: torch.device, *args, **meta):
+    """Launch on ``device`` (Triton launches on the current CUDA device: with a model sharded over several
+    GPUs, the tensors' device need not be the current one)."""
+    if device.type == "cuda" and device.index is not None and device.index != torch.cuda.current_device():
+        with torch.cuda.device(device):
+            kernel[grid](*args, enable_fp_fusion=False, **meta)
+    else:
+        kernel[grid](*args, enable_fp_fusion=False, **meta)
 
 
 def seeds_tensor(seeds: np.ndarray, device) -> torch.Tensor:
@@ -98,7 +104,7 @@ def chunks(seeds: torch.Tensor, per_chunk_values: int, numel: int, first: int, l
             raise ValueError("the direction kernels need contiguous tensors")
     n_rel = min(last * per_chunk_values, numel) - first * per_chunk_values
     n_blk = -(-per_chunk_values // (4 * _GROUPS))
-    _launch(_kernel("chunks"), ((last - first) * n_blk,), seeds, first, per_chunk_values, n_blk, n_rel,
+    _launch(_kernel("chunks"), ((last - first) * n_blk,), out1.device, seeds, first, per_chunk_values, n_blk, n_rel,
             out1 if theta is None else theta, out1, out1 if out2 is None else out2, float(scale), seeds, 1,
             seeds.numel(), 1.0, MODE=mode, B=_GROUPS)
 
@@ -112,8 +118,9 @@ def update(seeds: torch.Tensor, scales: torch.Tensor, per_chunk_values: int, the
         raise ValueError("the direction kernels need contiguous tensors")
     K, n_chunks = seeds.shape
     n_blk = -(-per_chunk_values // (4 * _GROUPS))
-    _launch(_kernel("chunks"), (max(n_chunks, 1) * n_blk,), seeds, 0, per_chunk_values, n_blk, theta.numel(), theta,
-            theta, theta, 0.0, scales, K, max(n_chunks, 1), float(decay_factor), MODE=MODE_UPDATE, B=_GROUPS)
+    _launch(_kernel("chunks"), (max(n_chunks, 1) * n_blk,), theta.device, seeds, 0, per_chunk_values, n_blk,
+            theta.numel(), theta, theta, theta, 0.0, scales, K, max(n_chunks, 1), float(decay_factor),
+            MODE=MODE_UPDATE, B=_GROUPS)
 
 
 def rows(seeds: torch.Tensor, per_chunk: int, row: int, row_index: torch.Tensor) -> torch.Tensor:
@@ -123,7 +130,7 @@ def rows(seeds: torch.Tensor, per_chunk: int, row: int, row_index: torch.Tensor)
     out = torch.empty((row_index.numel(), row), dtype=torch.float32, device=dev)
     if row_index.numel():
         n_blk = -(-(row + 4 * _GROUPS) // (4 * _GROUPS))
-        _launch(_kernel("rows"), (row_index.numel() * n_blk,), seeds, row_index.to(torch.int64).contiguous(),
+        _launch(_kernel("rows"), (row_index.numel() * n_blk,), dev, seeds, row_index.to(torch.int64).contiguous(),
                 per_chunk, row, n_blk, out, B=_GROUPS)
     return out
 
