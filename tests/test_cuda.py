@@ -127,11 +127,11 @@ def test_perturbation_arithmetic_on_cuda(dtype):
 @pytest.fixture(params=["fused", "torch"])
 def direction_source(request, monkeypatch):
     """Both sources of z on CUDA: the fused Triton kernels (the default) and torch's generator."""
-    from paczero import cuda_directions
     if request.param == "torch":
         monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
-    elif not cuda_directions.enabled("cuda"):
-        pytest.skip("Triton is not installed")
+    else:
+        pytest.importorskip("triton")
+        monkeypatch.delenv("PACZERO_TORCH_DIRECTIONS", raising=False)
     return request.param
 
 
@@ -158,13 +158,13 @@ def test_paths_agree_with_either_direction_source(direction_source, name, dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_fused_kernels_match_their_definition_on_cuda(dtype):
+def test_fused_kernels_match_their_definition_on_cuda(dtype, monkeypatch):
     """z against the float64 reference of its definition; the pair, single perturbation, rows and update
     kernels against torch's arithmetic on that z, bit for bit (no multiply-add fusion)."""
     from paczero import cuda_directions as cd
     from paczero.zo import chunk_seeds
-    if not cd.enabled("cuda"):
-        pytest.skip("Triton is not installed")
+    pytest.importorskip("triton")
+    monkeypatch.delenv("PACZERO_TORCH_DIRECTIONS", raising=False)
     rows, cols, per_chunk = 300, 1000, 128  # 3 chunks, the last partial; chunk offsets not multiples of 1024
     numel, CH = rows * cols, per_chunk * cols
     seeds_np = chunk_seeds(77, 3)
