@@ -454,7 +454,8 @@ def run(ns: argparse.Namespace) -> int:
         raise ValueError("--lockstep must be >= 0")
     for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),
                         ("--world", base.world), ("--num-directions", base.num_directions),
-                        ("--token-budget", base.token_budget), ("--threads", 1 if base.threads is None else base.threads)):
+                        ("--token-budget", base.token_budget),
+                        ("--threads", 1 if base.threads is None else base.threads)):
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
     if ns.json_out and os.path.exists(ns.json_out):

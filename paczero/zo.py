@@ -278,6 +278,11 @@ class Perturber:
             seeds = self._seeds_dev[key] = _cd.seeds_tensor(self._chunk_seeds(key), self.params[key[2]].device)
         return seeds
 
+    def _fused_chunks(self, key: tuple[int, int, int], first: int, last: int, **kw) -> None:
+        """:func:`paczero.cuda_directions.chunks` over chunks ``first..last-1`` of direction ``key``."""
+        lay = self._layouts[key[2]]
+        _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, self.params[key[2]].numel(), first, last, **kw)
+
     def _fill(self, key: tuple[int, int, int], out: torch.Tensor, first: int, last: int,
               scale: float | None = None, base: torch.Tensor | None = None) -> None:
         """Write z's chunks ``first..last-1`` (whole rows, from the chunks' first row) into fp32 ``out``.
@@ -288,9 +293,8 @@ class Perturber:
         """
         lay = self._layouts[key[2]]
         if self._fused[key[2]]:
-            _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, int(np.prod(lay.shape)) if lay.shape else 1,
-                       first, last, mode=_cd.MODE_Z if base is None else _cd.MODE_PERTURB, out1=out,
-                       theta=None if base is None else base.contiguous(), scale=0.0 if scale is None else scale)
+            self._fused_chunks(key, first, last, mode=_cd.MODE_Z if base is None else _cd.MODE_PERTURB, out1=out,
+                               theta=None if base is None else base.contiguous(), scale=0.0 if scale is None else scale)
             return
         seeds = self._chunk_seeds(key)
         flat = out.view(-1, lay.row) if lay.shape else out.view(1, 1)
@@ -668,23 +672,20 @@ class Perturber:
         i = self._index[id(p)]
         if not self._fused[i]:
             return None
-        lay = self._layouts[i]
-        last = lay.n_chunks if last is None else last
-        key, numel = (step, k, i), p.numel()
+        key = (step, k, i)
+        last = self._layouts[i].n_chunks if last is None else last
         base = base.contiguous()
         mags = {abs(s) for s in scales}
         if len(scales) == 2 and len(mags) == 1 and 0.0 not in mags:
             m = mags.pop()
             plus = self._buffer((slot, "+"), base.shape, base.device, base.dtype)
             minus = self._buffer((slot, "-"), base.shape, base.device, base.dtype)
-            _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, numel, first, last, mode=_cd.MODE_PAIR,
-                       out1=plus, out2=minus, theta=base, scale=m)
+            self._fused_chunks(key, first, last, mode=_cd.MODE_PAIR, out1=plus, out2=minus, theta=base, scale=m)
             return {m: plus, -m: minus}
         values = {}
         for n, s in enumerate(scales):
             values[s] = self._buffer((slot, n), base.shape, base.device, base.dtype)
-            _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, numel, first, last, mode=_cd.MODE_PERTURB,
-                       out1=values[s], theta=base, scale=s)
+            self._fused_chunks(key, first, last, mode=_cd.MODE_PERTURB, out1=values[s], theta=base, scale=s)
         return values
 
     @staticmethod
@@ -798,7 +799,8 @@ class Perturber:
                 self._fill((step, k, i), z[:e - a], first, last)
                 m = self._premultiply(z[:e - a], scales) if len(groups) > 1 else None
             for s, positions in groups:
-                pw = values[s] if fused else self._combine(z[:e - a], s, w.data[a:e], self._slot(("pblock", e - a)), m)
+                pw = values[s] if fused else \
+                    self._combine(z[:e - a], s, w.data[a:e], self._slot(("pblock", e - a)), m)
                 b = None if bias[s] is None else bias[s][a:e]
                 for j in positions:
                     ys[j].view(-1, lay.rows)[:, a:e] = F.linear(xs[j], pw, b)
