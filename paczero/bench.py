@@ -20,7 +20,12 @@ track, N, dtype and device, in the same process:
     that model loading does not count); on CUDA ``max_memory_allocated``;
     with ``--memory-repeats K`` each phase runs in K fresh processes, the phases
     alternating, and the medians are compared (a resident peak of the same
-    code scatters by tens of MiB between processes on glibc);
+    code scatters by tens of MiB between processes on glibc); with
+    ``--live-memory``, on CPU also the peak of *live tensor bytes* of each
+    phase (the weights and buffers, plus the highest running sum of the
+    allocations and frees that torch's profiler records on the calling
+    thread), in further fresh processes: the analogue of CUDA's
+    ``max_memory_allocated``, which leaves out what the C allocator keeps;
 (e) ``privacy_s``: the time of ``mechanism.step`` (subset signs, calibration);
 (f) step time at 2N (goal: x2) and at 2M (goal: x1), again as medians of
     ratios within interleaved rounds (N, 2N, 2M steps in turn; CPU time on CPU).
@@ -66,6 +71,7 @@ class BenchConfig:
     scaling: bool = True
     memory: bool = True
     memory_repeats: int = 1         # fresh processes per memory phase (phases alternate; medians reported)
+    live_memory: bool = False       # CPU: also the peak of live tensor bytes per phase (own processes, profiled)
     world: int = 1                  # > 1: also time a data-parallel step with this many processes
     threads: int | None = None      # torch intra-op threads (None: torch's default)
     seed: int = 0
@@ -270,6 +276,18 @@ def measure(cfg: BenchConfig, log=print) -> dict:
             spread = "  (" + "; ".join(f"{p} {min(r['peaks_bytes']) / 2**20:.0f}-{max(r['peaks_bytes']) / 2**20:.0f} MiB"
                                        for p, r in res["memory"].items()) + f", {cfg.memory_repeats} runs each)"
         log(f"  memory  train/inference peak {res['memory_ratio']:.3f}{spread}")
+        if cfg.live_memory and not str(cfg.device).startswith("cuda"):  # CUDA's figure is live bytes already
+            live = {"inference": [], "train": []}
+            for _ in range(max(1, cfg.memory_repeats)):
+                for phase in live:
+                    live[phase].append(memory_phase(cfg, phase, live=True)["peak_bytes"])
+            for phase, peaks in live.items():
+                res["memory"][phase]["live_peak_bytes"] = int(statistics.median(peaks))
+                res["memory"][phase]["live_peaks_bytes"] = sorted(peaks)
+            res["live_memory_ratio"] = (res["memory"]["train"]["live_peak_bytes"]
+                                        / res["memory"]["inference"]["live_peak_bytes"])
+            log(f"  memory  train/inference peak of live tensor bytes {res['live_memory_ratio']:.3f} ("
+                + "; ".join(f"{p} {res['memory'][p]['live_peak_bytes'] / 2**20:.0f} MiB" for p in live) + ")")
     if cfg.world > 1:
         # both sides spawned the same way: world 1 with all the threads, world W with threads / W each
         res["dp"] = dp_step_time(cfg, cfg.world)
@@ -316,7 +334,43 @@ def _make_resident(model) -> None:
                 float(t.data.sum())
 
 
-def _memory_child(cfg_dict: dict, phase: str) -> dict:
+def live_peak_bytes(fn: Callable[[], object]) -> int:
+    """Run ``fn`` and return the highest net sum of CPU tensor bytes it had allocated at any moment.
+
+    The allocations and frees are the ``[memory]`` events of torch's profiler (``profile_memory``),
+    which records the calling thread's tensors (greenlets included): worker threads' scratch is
+    not seen (the uncached update's chunks of z, 64 KiB each). The profiler does not record the
+    free of a tensor allocated before ``fn``, so such frees never lower the sum and the figure errs
+    high; the caller adds what was live before (the weights) to get a peak of live bytes.
+    """
+    from torch._C._autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    try:
+        events = prof.profiler.kineto_results.events()
+    except AttributeError as e:  # the profiler's internals moved: say so rather than report nothing
+        raise RuntimeError(f"live memory: this torch's profiler has no kineto_results ({e})") from None
+    deltas = sorted((e.start_ns(), e.nbytes()) for e in events
+                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+    cur = peak = 0
+    for _, nbytes in deltas:
+        cur += nbytes
+        peak = max(peak, cur)
+    return peak
+
+
+def _tensor_bytes(model) -> int:
+    """Bytes of the distinct storages of a model's parameters and buffers."""
+    seen: dict[int, int] = {}
+    for t in list(model.parameters()) + list(model.buffers()):
+        st = t.untyped_storage()
+        seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
+
+
+def _memory_child(cfg_dict: dict, phase: str, live: bool = False) -> dict:
     import torch
 
     cfg = BenchConfig(**cfg_dict)
@@ -324,27 +378,36 @@ def _memory_child(cfg_dict: dict, phase: str) -> dict:
     cuda = str(cfg.device).startswith("cuda")
     _make_resident(h.model)
     gc.collect()
+
+    def work():
+        if phase == "inference":
+            for _ in range(2):
+                h.floor_pass()
+        else:
+            h.steps(cfg.num_subsets, 1)
+
+    if live:
+        base = _tensor_bytes(h.model)
+        peak = base + live_peak_bytes(work)
+        return {"peak_bytes": int(peak), "before_bytes": int(base), "kind": "live tensor bytes (torch profiler)"}
     base = torch.cuda.memory_allocated() if cuda else _rss_peak()
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     reset = cuda or _rss_peak_reset()
-    if phase == "inference":
-        for _ in range(2):
-            h.floor_pass()
-    else:
-        h.steps(cfg.num_subsets, 1)
+    work()
     peak = torch.cuda.max_memory_allocated() if cuda else _rss_peak()
     return {"peak_bytes": int(peak), "before_bytes": int(base), "peak_reset": bool(reset),
             "kind": "cuda max_memory_allocated" if cuda else "RSS high-water (VmHWM)"}
 
 
-def memory_phase(cfg: BenchConfig, phase: str) -> dict:
-    """Peak memory of ``phase`` ("inference": two floor passes; "train": two ZO steps) in a fresh process."""
+def memory_phase(cfg: BenchConfig, phase: str, live: bool = False) -> dict:
+    """Peak memory of ``phase`` ("inference": two floor passes; "train": two ZO steps) in a fresh process
+    (``live``: of live tensor bytes, see :func:`live_peak_bytes`)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:  # joined, not terminated, on exit
-        return pool.submit(_memory_child, asdict(cfg), phase).result()
+        return pool.submit(_memory_child, asdict(cfg), phase, live).result()
 
 
 # -- data parallel --------------------------------------------------------------------------------
@@ -397,7 +460,7 @@ def dp_step_time(cfg: BenchConfig, world: int) -> dict:
 def table(results: list[dict]) -> str:
     """A readable table of :func:`measure` results, one row per configuration."""
     head = ("model", "track", "dtype", "N", "M", "floor s", "step s", "ratio", "cpu ratio", "privacy ms", "2N x", "2M x",
-            "mem train/inf", "dp x")
+            "mem train/inf", "live train/inf", "dp x")
     rows = []
     for r in results:
         c = r["config"]
@@ -410,6 +473,8 @@ def table(results: list[dict]) -> str:
                      f"{r['m_scaling']:.2f}" if "m_scaling" in r else "-",
                      (f"{r['memory_ratio']:.3f} ({mem['train']['peak_bytes'] / 2**20:.0f}/"
                       f"{mem['inference']['peak_bytes'] / 2**20:.0f} MiB)") if mem else "-",
+                     (f"{r['live_memory_ratio']:.3f} ({mem['train']['live_peak_bytes'] / 2**20:.0f}/"
+                      f"{mem['inference']['live_peak_bytes'] / 2**20:.0f} MiB)") if "live_memory_ratio" in r else "-",
                      f"{r['dp']['speedup']:.2f}" if "dp" in r else "-"))
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(x.ljust(w) for x, w in zip(cells, widths)) + " |"  # noqa: E731
@@ -439,6 +504,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory phases")
     p.add_argument("--memory-repeats", type=int, default=d.memory_repeats,
                    help="fresh processes per memory phase, alternating; the medians are compared")
+    p.add_argument("--live-memory", action="store_true",
+                   help="CPU: also compare the phases' peaks of live tensor bytes (torch's profiler, in further "
+                        "fresh processes): what the step holds, without what the C allocator keeps")
     p.add_argument("--random-init", action="store_true",
                    help="build each model from its config alone with random weights (speed and memory do not "
                         "depend on the weights; a local folder needs only config.json and the tokenizer)")

@@ -125,6 +125,58 @@ def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
     assert res["memory_ratio"] == 150 / 110  # medians: 110 and 150 (the 400 outlier does not count)
 
 
+def test_live_peak_bytes_is_what_is_held_at_once():
+    """--live-memory's measure: the highest running sum of the profiler's allocations and frees."""
+    from paczero.bench import live_peak_bytes
+
+    def in_turn():  # 10 MiB, freed; then 5 and 7 MiB together
+        a = torch.empty(10 << 20, dtype=torch.uint8)
+        del a
+        b, c = torch.empty(5 << 20, dtype=torch.uint8), torch.empty(7 << 20, dtype=torch.uint8)
+        del b, c
+
+    held = []
+
+    def kept():  # control: the same three tensors, all kept
+        held.extend(torch.empty(n << 20, dtype=torch.uint8) for n in (10, 5, 7))
+
+    assert live_peak_bytes(in_turn) == 12 << 20
+    assert live_peak_bytes(kept) == 22 << 20
+
+
+def test_live_memory_phase_sees_the_cached_direction():
+    """The train phase's live peak holds at least the weights and the step's cached z (4 bytes per
+    trained value, drawn by the worker threads into a tensor the calling thread allocates)."""
+    from dataclasses import asdict
+
+    from paczero.bench import _memory_child
+    cfg = BenchConfig(model="tiny-llama", track="ft", n=8, steps=1)
+    train = _memory_child(asdict(cfg), "train", live=True)
+    inference = _memory_child(asdict(cfg), "inference", live=True)
+    lm = load_model("tiny-llama", track="ft")
+    d = sum(p.numel() for _, p in trainable_parameters(lm.model, "ft"))
+    assert train["before_bytes"] == inference["before_bytes"] >= 4 * d
+    assert train["peak_bytes"] >= train["before_bytes"] + 4 * d
+    assert inference["before_bytes"] < inference["peak_bytes"] < train["before_bytes"] + 4 * d
+
+
+def test_live_memory_ratio_is_reported_beside_the_resident_one(monkeypatch):
+    import paczero.bench as bench
+    calls = []
+
+    def fake(cfg, phase, live=False):
+        calls.append((phase, live))
+        peak = {("inference", False): 100, ("train", False): 130, ("inference", True): 80, ("train", True): 84}
+        return {"peak_bytes": peak[(phase, live)] << 20, "before_bytes": 0, "peak_reset": True, "kind": "test"}
+
+    monkeypatch.setattr(bench, "memory_phase", fake)
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, live_memory=True),
+                  log=lambda s: None)
+    assert calls == [("inference", False), ("train", False), ("inference", True), ("train", True)]
+    assert res["memory_ratio"] == 1.3 and res["live_memory_ratio"] == 84 / 80
+    assert "1.050 (84/80 MiB)" in table([res])
+
+
 @pytest.mark.parametrize("argv", [["--memory-repeats", "0"], ["--steps", "0"], ["--world", "0"], ["--threads", "0"]])
 def test_bench_bad_values_and_an_existing_json_out_give_exit_2(argv, tmp_path, capsys):
     from paczero.cli import main
