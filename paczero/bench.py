@@ -76,6 +76,7 @@ class BenchConfig:
     threads: int | None = None      # torch intra-op threads (None: torch's default)
     seed: int = 0
     random_init: bool = False       # the model's architecture (config only) with random weights
+    compile: bool = False           # torch.compile the model body (LoRA; both the floor and the step run it)
 
 
 class Harness:
@@ -93,6 +94,10 @@ class Harness:
         self.lm = lm or load_model(cfg.model, dtype=cfg.dtype, device=cfg.device, track=cfg.track,
                                    init_seed=cfg.seed, random_init=cfg.random_init)
         self.model = self.lm.model
+        if cfg.compile:
+            from paczero.models import compile_body
+
+            compile_body(self.model)
         self.task = build_task(cfg.task, self.lm.tokenizer)
         self.perturber = None
         self.data: dict[int, tuple[list, list]] = {}
@@ -507,6 +512,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--live-memory", action="store_true",
                    help="CPU: also compare the phases' peaks of live tensor bytes (torch's profiler, in further "
                         "fresh processes): what the step holds, without what the C allocator keeps")
+    p.add_argument("--compile", action="store_true",
+                   help="LoRA: torch.compile the model body (dynamic shapes) for the floor and the step alike; "
+                        "compilation happens in the warm-ups")
     p.add_argument("--random-init", action="store_true",
                    help="build each model from its config alone with random weights (speed and memory do not "
                         "depend on the weights; a local folder needs only config.json and the tokenizer)")
@@ -520,6 +528,8 @@ def run(ns: argparse.Namespace) -> int:
         raise ValueError("bench needs N >= 2 and an even M >= 2")
     if base.lockstep < 0:
         raise ValueError("--lockstep must be >= 0")
+    if base.compile and (ns.track != ["lora"] or base.task == "squad"):
+        raise ValueError("--compile applies to --track lora on a classification task only")
     for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),
                         ("--world", base.world), ("--num-directions", base.num_directions),
                         ("--token-budget", base.token_budget),

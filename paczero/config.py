@@ -81,6 +81,7 @@ class TrainConfig:
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
     lockstep_batches: int = 1                # full FT: token budgets per sign whose + and - forwards share each draw of z (0: off)
+    compile: bool = False                    # torch.compile the model body (LoRA, classification tasks)
     seed: int = 0                            # public seed: directions, init, data order
     private_seed: int | None = None          # tests and exact reproduction only; None draws from OS entropy
     out_dir: str = "runs/paczero"
@@ -158,6 +159,12 @@ class TrainConfig:
         integer("eval_every", self.eval_every, 1)
         integer("token_budget", self.token_budget, 16)
         integer("lockstep_batches", self.lockstep_batches, 0)
+        if self.compile:
+            need(self.track == "lora", "compile applies to --track lora only (full fine-tuning reroutes module "
+                                       "forwards inside each evaluation, which a compiled graph would not see)")
+            need(self.task != "squad", "compile applies to classification tasks only (SQuAD decodes answers "
+                                       "with a key-value cache, which is not compiled here)")
+            need(self.device_map is None, "compile does not apply to a sharded model (--device-map)")
         integer("checkpoint_every", self.checkpoint_every, 1)
         integer("max_new_tokens", self.max_new_tokens, 1)
         integer("seed", self.seed, 0)

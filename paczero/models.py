@@ -261,6 +261,22 @@ def _random_model(name: str, torch_dtype: torch.dtype, init_seed: int, device: s
         return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
 
 
+def compile_body(model: torch.nn.Module) -> torch.nn.Module:
+    """``torch.compile`` (dynamic shapes), in place, the transformer body that every scoring path calls.
+
+    Classification calls the body directly (a tied head reads only the option rows) or through the
+    model's own forward, which calls the body: both run the compiled body. In place
+    (``Module.compile``), so parameter names and checkpoints are unchanged. Meant for LoRA, whose
+    perturbed evaluation swaps the adapters' tensors (``p.data``), which the compiled graph reads as
+    inputs; full fine-tuning reroutes module forwards inside an evaluation, which it would not see
+    (:meth:`paczero.config.TrainConfig.validate` refuses that). Returns the body.
+    """
+    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+    body = getattr(hf, "base_model", hf)
+    body.compile(dynamic=True)
+    return body
+
+
 def trainable_parameters(model: torch.nn.Module, track: str) -> list[tuple[str, torch.nn.Parameter]]:
     """The parameters the ZO step perturbs and updates, in a fixed order, each once.
 

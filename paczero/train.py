@@ -201,7 +201,7 @@ class _Stop:
 
 def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
-    from paczero.models import trainable_parameters
+    from paczero.models import compile_body, trainable_parameters
     from paczero.subsets import private_generator
     from paczero.distributed import follow, init_from_env
     from paczero.zo import Perturber, stability_clip
@@ -231,6 +231,8 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
             raise ConfigError("cannot resume: the data (universe, dev or test examples) differ from the original run")
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
+    if cfg.compile:
+        compile_body(model)  # compiled on the first forward (the zero-shot evaluation, or the first step)
     found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
     saved_design = found[3]["mechanism"].get("design") if found else None
     mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design)

@@ -152,6 +152,8 @@ def test_never_overwrites_without_flag(tmp_path):
     (["train", "--mechanism", "dpzero"], "epsilon"),
     (["train", "--recipe", "no/such"], "unknown recipe"),
     (["train", "--mi-budget", "nan", "--mechanism", "pac-mi"], "mi_budget"),
+    (["train", "--track", "ft", "--compile"], "--track lora only"),
+    (["train", "--task", "squad", "--compile"], "classification tasks only"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(argv, needle, capsys):
     assert main(argv) == 2
@@ -226,3 +228,48 @@ def test_offloaded_trained_weights_are_refused(monkeypatch):
     monkeypatch.setattr(zo, "refuse_offloaded", lambda params: None)  # control: without it, a deep traceback
     with pytest.raises(RuntimeError):
         scalars()
+
+
+def test_compiled_lora_step_sees_the_perturbation_and_the_update():
+    """``compile``: the compiled body reads the adapters' swapped-in (theta +/- mu z) and updated tensors.
+
+    Scalars and losses match the eager model's to float tolerance and are far from zero: a graph that had
+    frozen the adapters would give + and - losses equal (g = 0) and miss the update."""
+    import numpy as np
+
+    from paczero.models import compile_body, load_model, trainable_parameters
+    from paczero.tasks import build_task, load_splits
+    from paczero.zo import Perturber, two_point_scalars
+
+    lm = load_model("tiny-llama", track="lora")
+    task = build_task("demo", lm.tokenizer)
+    train_ex, _, _ = load_splits("demo", n_train=24, n_dev=1, n_test=1)
+    batches = task.make_batches(task.encode(train_ex), token_budget=128)
+    perturber = Perturber(lm.model, trainable_parameters(lm.model, "lora"), 0)
+    assert perturber.cache
+
+    def scalars_and_loss():
+        with torch.no_grad():
+            g, _ = two_point_scalars(perturber, 0, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 24, "cpu")
+        with torch.no_grad():  # the step's grad mode: one compiled graph serves both
+            loss = torch.cat([task.losses(lm.model, b) for b in batches])
+        return g, loss
+
+    def update():
+        perturber.apply_update(0, [1.0], 5.0)
+
+    g_eager, loss_eager = scalars_and_loss()
+    update()
+    _, moved_eager = scalars_and_loss()
+    perturber.apply_update(0, [-1.0], 5.0)  # back (fp32 rounding aside) before compiling
+    start = [p.detach().clone() for _, p in trainable_parameters(lm.model, "lora")]
+    compile_body(lm.model)
+    g_comp, loss_comp = scalars_and_loss()
+    update()
+    _, moved_comp = scalars_and_loss()
+    assert np.abs(g_eager).min() > 1e-3
+    np.testing.assert_allclose(g_comp, g_eager, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(loss_comp, loss_eager, rtol=1e-4, atol=1e-5)
+    assert (moved_eager - loss_eager).abs().max() > 1e-3  # the update moves the losses
+    torch.testing.assert_close(moved_comp, moved_eager, rtol=1e-4, atol=1e-5)
+    assert any(not torch.equal(a, p) for a, (_, p) in zip(start, trainable_parameters(lm.model, "lora")))
