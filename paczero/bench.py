@@ -528,6 +528,8 @@ def run(ns: argparse.Namespace) -> int:
         raise ValueError("bench needs N >= 2 and an even M >= 2")
     if base.lockstep < 0:
         raise ValueError("--lockstep must be >= 0")
+    if base.live_memory and not base.memory:
+        raise ValueError("--live-memory measures within the memory phases: drop --no-memory")
     if base.compile and (ns.track != ["lora"] or base.task == "squad"):
         raise ValueError("--compile applies to --track lora on a classification task only")
     for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),

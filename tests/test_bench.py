@@ -160,6 +160,16 @@ def test_live_memory_phase_sees_the_cached_direction():
     assert inference["before_bytes"] < inference["peak_bytes"] < train["before_bytes"] + 4 * d
 
 
+@pytest.mark.parametrize("argv,needle", [(["--live-memory", "--no-memory"], "drop --no-memory"),
+                                         (["--track", "ft", "--compile"], "--track lora"),
+                                         (["--task", "squad", "--compile"], "classification")])
+def test_bench_flags_that_do_not_combine_give_one_line_exit_2(argv, needle, capsys):
+    from paczero.cli import main
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+
+
 def test_live_memory_ratio_is_reported_beside_the_resident_one(monkeypatch):
     import paczero.bench as bench
     calls = []
