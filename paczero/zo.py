@@ -412,18 +412,23 @@ class Perturber:
         self._z_cache.clear()
 
     def _buffer(self, slot, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """A scratch tensor (fp32 unless told) for ``slot``, reused by every later module call of the same shape.
+        """A scratch tensor (fp32 unless told) of ``shape`` for ``slot``, reused by every later module call.
 
-        One tensor per shape, kept: only for shapes from a fixed set (the trained parameters', a
-        block's, a row group's), never for shapes that vary with the data.
+        One flat tensor per slot (and device and dtype), as large as the largest shape asked of it,
+        kept; each call gets a view of its first values. A slot is used by one module evaluation at
+        a time (nested owners get their own slots, see :meth:`_slot`), so the trained shapes share
+        it: SmolLM2's four Linear shapes hold one z and one perturbed tensor of the largest, not one
+        of each. Only for shapes from a fixed set (the trained parameters', a block's, a row
+        group's), never for shapes that vary with the data.
         """
-        key = (slot, tuple(shape), device, dtype)
+        key = (slot, device, dtype)
+        need = int(np.prod(shape)) if len(shape) else 1
         buf = self._buffers.get(key)
-        if buf is None:
+        if buf is None or buf.numel() < need:
             if len(self._buffers) > 256:
                 self._buffers.clear()
-            buf = self._buffers[key] = torch.empty(shape, device=device, dtype=dtype)
-        return buf
+            buf = self._buffers[key] = torch.empty(need, device=device, dtype=dtype)
+        return buf[:need].view(shape)
 
     def _perturbed_value(self, p: torch.nn.Parameter, orig: torch.Tensor, step: int, k: int,
                          scale: float, slot="p") -> torch.Tensor:
