@@ -266,10 +266,7 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     if cfg.memory:
         # the phases alternate (inference, train, inference, ...): a resident peak of the same code scatters
         # by tens of MiB between processes (glibc's heap), so with repeats each phase reports its median
-        runs = {"inference": [], "train": []}
-        for _ in range(max(1, cfg.memory_repeats)):
-            for phase in runs:
-                runs[phase].append(memory_phase(cfg, phase))
+        runs = _alternating_phases(cfg)
         res["memory"] = {}
         for phase, rs in runs.items():
             peaks = sorted(r["peak_bytes"] for r in rs)
@@ -282,10 +279,7 @@ def measure(cfg: BenchConfig, log=print) -> dict:
                                        for p, r in res["memory"].items()) + f", {cfg.memory_repeats} runs each)"
         log(f"  memory  train/inference peak {res['memory_ratio']:.3f}{spread}")
         if cfg.live_memory and not str(cfg.device).startswith("cuda"):  # CUDA's figure is live bytes already
-            live = {"inference": [], "train": []}
-            for _ in range(max(1, cfg.memory_repeats)):
-                for phase in live:
-                    live[phase].append(memory_phase(cfg, phase, live=True)["peak_bytes"])
+            live = {phase: [r["peak_bytes"] for r in rs] for phase, rs in _alternating_phases(cfg, live=True).items()}
             for phase, peaks in live.items():
                 res["memory"][phase]["live_peak_bytes"] = int(statistics.median(peaks))
                 res["memory"][phase]["live_peaks_bytes"] = sorted(peaks)
@@ -403,6 +397,15 @@ def _memory_child(cfg_dict: dict, phase: str, live: bool = False) -> dict:
     peak = torch.cuda.max_memory_allocated() if cuda else _rss_peak()
     return {"peak_bytes": int(peak), "before_bytes": int(base), "peak_reset": bool(reset),
             "kind": "cuda max_memory_allocated" if cuda else "RSS high-water (VmHWM)"}
+
+
+def _alternating_phases(cfg: BenchConfig, live: bool = False) -> dict[str, list[dict]]:
+    """``cfg.memory_repeats`` fresh processes per phase, inference and train alternating."""
+    runs: dict[str, list[dict]] = {"inference": [], "train": []}
+    for _ in range(max(1, cfg.memory_repeats)):
+        for phase in runs:
+            runs[phase].append(memory_phase(cfg, phase, live=live))
+    return runs
 
 
 def memory_phase(cfg: BenchConfig, phase: str, live: bool = False) -> dict:

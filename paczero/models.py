@@ -261,6 +261,11 @@ def _random_model(name: str, torch_dtype: torch.dtype, init_seed: int, device: s
         return AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
 
 
+def hf_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The Hugging Face model inside a peft wrapper (the model itself when it is not wrapped)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def compile_body(model: torch.nn.Module) -> torch.nn.Module:
     """``torch.compile`` (dynamic shapes), in place, the transformer body that every scoring path calls.
 
@@ -271,7 +276,7 @@ def compile_body(model: torch.nn.Module) -> torch.nn.Module:
     inputs; full fine-tuning reroutes module forwards inside an evaluation, which it would not see
     (:meth:`paczero.config.TrainConfig.validate` refuses that). Returns the body.
     """
-    hf = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hf = hf_model(model)
     body = getattr(hf, "base_model", hf)
     body.compile(dynamic=True)
     return body

@@ -114,7 +114,7 @@ def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
     calls = []
     peaks = {"inference": iter([100, 130, 110]), "train": iter([150, 120, 400])}
 
-    def fake(cfg, phase):
+    def fake(cfg, phase, live=False):
         calls.append(phase)
         return {"peak_bytes": next(peaks[phase]) << 20, "before_bytes": 0, "peak_reset": True, "kind": "test"}
 

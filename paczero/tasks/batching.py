@@ -212,7 +212,9 @@ _PLAIN_HEAD_TYPES = frozenset({"opt", "llama", "gpt2"})
 def _rows_route(model):
     """``(body, embedding)`` when the logits of a few token ids can be formed from the input embedding's
     rows (a plain, bias-free LM head tied to the input embedding, known model type); else None."""
-    hf = model.get_base_model() if hasattr(model, "get_base_model") else model  # peft wrapper -> HF model
+    from paczero.models import hf_model
+
+    hf = hf_model(model)
     config = getattr(hf, "config", None)
     if getattr(config, "model_type", None) not in _PLAIN_HEAD_TYPES:
         return None
