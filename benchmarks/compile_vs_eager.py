@@ -1,0 +1,53 @@
+"""torch.compile against eager for the floor and the cached (LoRA) step, alternating in one process.
+
+    python benchmarks/compile_vs_eager.py --model tiny-opt --n 1000 --rounds 7
+
+The model body is compiled in place (``paczero.models.compile_body``) and switched on and off
+between rounds through its compiled call; each round times an eager floor and step, then a
+compiled floor and step. Prints each round and the medians. A benchmark, not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from paczero.bench import BenchConfig, Harness
+from paczero.models import compile_body
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="tiny-opt")
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    cfg = BenchConfig(model=a.model, track="lora", n=a.n, steps=1, threads=a.threads)
+    h = Harness(cfg)
+    run = h.runner(cfg.num_subsets)
+    t = time.perf_counter()
+    h.floor_pass()
+    run(0)
+    print(f"eager warm-up {time.perf_counter() - t:.1f}s", flush=True)
+    body = compile_body(h.model)
+    compiled = body._compiled_call_impl
+    t = time.perf_counter()
+    h.floor_pass()
+    run(1)
+    print(f"compiling (first compiled floor and step) {time.perf_counter() - t:.1f}s", flush=True)
+    rows = []
+    for i in range(a.rounds):
+        body._compiled_call_impl = None
+        fe, se = h.floor_pass(), run(2 + 2 * i)["step_s"]
+        body._compiled_call_impl = compiled
+        fc, sc = h.floor_pass(), run(3 + 2 * i)["step_s"]
+        rows.append((fe, se, fc, sc))
+        print(f"eager floor {fe:.3f} step {se:.3f} | compiled floor {fc:.3f} step {sc:.3f}", flush=True)
+    fe, se, fc, sc = (statistics.median(r[j] for r in rows) for j in range(4))
+    print(f"median: floor compiled/eager {fc / fe:.3f}; step compiled/eager {sc / se:.3f}; "
+          f"step / (2 x floor) eager {se / (2 * fe):.3f}, compiled {sc / (2 * fc):.3f}")
+
+
+if __name__ == "__main__":
+    main()
