@@ -1,6 +1,7 @@
 """torch.compile against eager for the floor and the cached (LoRA) step, alternating in one process.
 
     python benchmarks/compile_vs_eager.py --model tiny-opt --n 1000 --rounds 7
+    python benchmarks/compile_vs_eager.py --model ARCH/opt-1.3b --random-init --device cuda --dtype bf16
 
 The model body is compiled in place (``paczero.models.compile_body``) and switched on and off
 between rounds through its compiled call; each round times an eager floor and step, then a
@@ -21,9 +22,13 @@ def main() -> None:
     p.add_argument("--model", default="tiny-opt")
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--random-init", action="store_true", help="the folder's architecture with random weights")
     a = p.parse_args()
-    cfg = BenchConfig(model=a.model, track="lora", n=a.n, steps=1, threads=a.threads)
+    cfg = BenchConfig(model=a.model, track="lora", n=a.n, steps=1, threads=a.threads or None, device=a.device,
+                      dtype=a.dtype, random_init=a.random_init)
     h = Harness(cfg)
     run = h.runner(cfg.num_subsets)
     t = time.perf_counter()

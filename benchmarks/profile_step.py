@@ -55,13 +55,21 @@ def main() -> int:
             one_step(2)
             res["profiled_step_s"] = time.perf_counter() - t0
         kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
-        spans = sorted((e.time_range.start, e.time_range.end) for e in kernels)
-        busy, end = 0.0, None
-        for lo, hi in spans:  # the union of kernel intervals: time the device computed anything
+        spans = sorted((e.time_range.start, e.time_range.end, e.name[:60]) for e in kernels)
+        busy, end, gaps, prev = 0.0, None, [], ""
+        for lo, hi, name in spans:  # the union of kernel intervals: time the device computed anything
             if end is None or lo > end:
+                if end is not None:
+                    gaps.append((lo - end, prev, name))
                 busy, end = busy + hi - lo, hi
             elif hi > end:
                 busy, end = busy + hi - end, hi
+            prev = name
+        gaps.sort(reverse=True)
+        # where the device waited on the host: idle gaps between kernels (largest first, and their sum by size)
+        res["idle_gaps_us_top"] = [[round(x, 1), a, b] for x, a, b in gaps[:20]]
+        res["idle_by_size_s"] = {f">= {lim} us": round(sum(x for x, _, _ in gaps if x >= lim) / 1e6, 4)
+                                 for lim in (10, 100, 1000, 10000)}
         res["device_busy_s"] = busy / 1e6
         res["device_span_s"] = (spans[-1][1] - spans[0][0]) / 1e6 if spans else 0.0
         totals: dict = {}
@@ -79,7 +87,10 @@ def main() -> int:
     s = io.StringIO()
     pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(30)
     res["python_tottime"] = s.getvalue()
-    print(json.dumps({k: v for k, v in res.items() if k != "python_tottime"}, indent=1))
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("cumtime").print_stats(40)
+    res["python_cumtime"] = s.getvalue()
+    print(json.dumps({k: v for k, v in res.items() if not k.startswith("python_")}, indent=1))
     print(res["python_tottime"])
     if a.out:
         os.makedirs(a.out, exist_ok=True)
