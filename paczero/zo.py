@@ -54,6 +54,7 @@ Evaluation paths, one arithmetic (bit-identical results, tested):
 from __future__ import annotations
 
 import contextvars
+import math
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -108,6 +109,9 @@ _BLOCK_VALUES = 1 << 20
 _ACCELERATOR_BLOCK_VALUES = 1 << 24
 #: cached: a trained embedding of at least this many values is perturbed by looked-up rows
 _ROWS_MIN_VALUES = 1 << 16
+#: fused kernels (CUDA): a trained tensor of at most this many values (biases, layer norms) keeps its
+#: perturbed copies from its first evaluation in a step to the update, so later waves launch nothing for it
+_KEEP_PAIR_VALUES = 1 << 16
 #: values per block of the cached update's arithmetic (no full-size temporary)
 _UPDATE_BLOCK = 1 << 16
 #: values of z drawn at a time (at least one chunk) when only some rows are needed
@@ -121,7 +125,7 @@ class _Layout:
     def __init__(self, shape: torch.Size, chunk: int):
         self.shape = tuple(shape)
         self.rows = self.shape[0] if self.shape else 1
-        numel = int(np.prod(self.shape)) if self.shape else 1
+        numel = math.prod(self.shape)
         self.row = numel // self.rows if self.rows else 1
         self.per_chunk = max(1, chunk // max(self.row, 1))
         self.n_chunks = max(1, -(-self.rows // self.per_chunk))
@@ -222,6 +226,9 @@ class Perturber:
         self._z_cache: dict[tuple[int, int, int], torch.Tensor] = {}
         self._seeds: dict[tuple[int, int, int], np.ndarray] = {}
         self._buffers: dict[tuple, torch.Tensor] = {}  # scratch reused across module calls (no page faults)
+        #: fused: small tensors' perturbed copies, kept for the rest of (step, k) (see ``_KEEP_PAIR_VALUES``)
+        self._kept: dict[tuple, dict] = {}
+        self._kept_for: tuple[int, int] | None = None
         self._owner_modules: list[tuple[torch.nn.Module, list[torch.nn.Parameter]]] = []
         for module in model.modules():
             own = [p for p in module.parameters(recurse=False) if id(p) in self._index]
@@ -409,7 +416,11 @@ class Perturber:
         return buf[pos].view(-1, *lay.shape[1:])
 
     def clear_cache(self) -> None:
+        """Drop what is kept for the step (the cached z, small tensors' perturbed copies); needed after
+        weights are changed in place other than by :meth:`apply_update` within a step."""
         self._z_cache.clear()
+        self._kept.clear()
+        self._kept_for = None
 
     def _buffer(self, slot, shape, device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A scratch tensor (fp32 unless told) of ``shape`` for ``slot``, reused by every later module call.
@@ -422,7 +433,7 @@ class Perturber:
         group's), never for shapes that vary with the data.
         """
         key = (slot, device, dtype)
-        need = int(np.prod(shape)) if len(shape) else 1
+        need = math.prod(shape)
         buf = self._buffers.get(key)
         if buf is None or buf.numel() < need:
             if len(self._buffers) > 256:
@@ -531,7 +542,7 @@ class Perturber:
         if not wrapped:  # a forward already wrapped (accelerate's device hooks) must run as it is
             limit = self.big_values if self.big_values is not None else \
                 DEFAULT_BIG_VALUES if own[0].device.type == "cpu" else ACCELERATOR_BIG_VALUES
-            big = sum(p.numel() for p in own) > limit
+            big = max(p.numel() for p in own) > limit  # a Linear's weight decides, not weight + bias
             if type(module).forward is torch.nn.Linear.forward and own[0] is module.weight:
                 kind = self._linear_big if big and not rows else self._linear  # rows: from the cached z
             elif (big or rows) and type(module).forward is torch.nn.Embedding.forward \
@@ -678,19 +689,33 @@ class Perturber:
         if not self._fused[i]:
             return None
         key = (step, k, i)
+        keep = None
+        if first == 0 and last is None and p.numel() <= _KEEP_PAIR_VALUES:
+            if self._kept_for != (step, k):
+                self._kept.clear()
+                self._kept_for = (step, k)
+            keep = (i, tuple(scales), base.data_ptr())
+            if keep in self._kept:
+                return self._kept[keep]
         last = self._layouts[i].n_chunks if last is None else last
         base = base.contiguous()
+
+        def out(name):  # kept values get their own tensors; the others scratch, reused by the next module
+            return torch.empty_like(base) if keep else self._buffer((slot, name), base.shape, base.device, base.dtype)
+
         mags = {abs(s) for s in scales}
         if len(scales) == 2 and len(mags) == 1 and 0.0 not in mags:
             m = mags.pop()
-            plus = self._buffer((slot, "+"), base.shape, base.device, base.dtype)
-            minus = self._buffer((slot, "-"), base.shape, base.device, base.dtype)
+            plus, minus = out("+"), out("-")
             self._fused_chunks(key, first, last, mode=_cd.MODE_PAIR, out1=plus, out2=minus, theta=base, scale=m)
-            return {m: plus, -m: minus}
-        values = {}
-        for n, s in enumerate(scales):
-            values[s] = self._buffer((slot, n), base.shape, base.device, base.dtype)
-            self._fused_chunks(key, first, last, mode=_cd.MODE_PERTURB, out1=values[s], theta=base, scale=s)
+            values = {m: plus, -m: minus}
+        else:
+            values = {}
+            for n, s in enumerate(scales):
+                values[s] = out(n)
+                self._fused_chunks(key, first, last, mode=_cd.MODE_PERTURB, out1=values[s], theta=base, scale=s)
+        if keep:
+            self._kept[keep] = values
         return values
 
     @staticmethod
@@ -819,6 +844,8 @@ class Perturber:
     @torch.no_grad()
     def apply_update(self, step: int, coefs: Sequence[float], lr: float, weight_decay: float = 0.0) -> None:
         """theta <- (1 - lr*wd) theta - (lr/K) sum_k coef_k z_k, one chunk at a time (fp32 arithmetic)."""
+        self._kept.clear()  # perturbed copies of the weights before this update
+        self._kept_for = None
         K = len(coefs)
         if K == 0:
             return

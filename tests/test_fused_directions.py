@@ -111,6 +111,31 @@ _INTERPRETED = textwrap.dedent('''
         p.data.copy_(b)
     cached.apply_update(2, [1.0, -2.0], lr=0.1, weight_decay=0.5)
     assert all(torch.equal(p.detach(), x) for (_, p), x in zip(params, after))
+
+    # lock-step waves: small tensors (the bias, the layer norm) keep their perturbed copies from the first
+    # wave to the update; every wave, and the same step after an update, matches the cached path
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Embedding(64, 24), torch.nn.LayerNorm(24), torch.nn.Linear(24, 40))
+    params = list(model.named_parameters())
+    fused = Perturber(model, params, public_seed=5, cache_limit=0, big_values=100, lockstep=1)
+    cached = Perturber(model, params, public_seed=5, cache_limit=1 << 30)
+    waves = [torch.tensor([[1, 5, 63]]), torch.tensor([[2, 2, 0], [7, 8, 9]]), torch.tensor([[4, 4, 4]])]
+    def scores(pert, step):
+        return [pert.evaluate(step, 0, [(1e-2, lambda x=x: model(x)), (-1e-2, lambda x=x: model(x))])
+                for x in waves]
+    def same(a, b):
+        return all(torch.equal(u, v) for pa, pb in zip(a, b) for u, v in zip(pa, pb))
+    assert same(scores(fused, 4), scores(cached, 4)) and fused._kept   # kept after the first wave, reused
+    start = [p.detach().clone() for _, p in params]
+    stale = dict(fused._kept)
+    fused.apply_update(4, [3.0], lr=0.5)
+    cached.apply_update(4, [3.0], lr=0.5)
+    assert not fused._kept and same(scores(fused, 4), scores(cached, 4))
+    # negative control: copies kept across the update would score the weights before it
+    fused.apply_update(4, [0.0], lr=0.5, weight_decay=0.0)
+    fused._kept, fused._kept_for = stale, (4, 0)
+    assert not same(scores(fused, 4), scores(cached, 4))
+    assert not any(torch.equal(p.detach(), b) for (_, p), b in zip(params, start))
     print("ok")
 ''')
 
