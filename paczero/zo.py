@@ -785,9 +785,6 @@ class Perturber:
     def _embedding(self, module, step, k, calls):
         """A big embedding: only the rows of z that the calls look up are drawn (once for all)."""
         w = module.weight
-        if self._fused[self._index[id(w)]]:
-            yield from self._embedding_fused(w, step, k, calls)
-            return
         flat = [ids.reshape(-1) for _, ids in calls]
         shapes = [ids.shape for _, ids in calls]
         rows, inverse = torch.unique(torch.cat(flat), return_inverse=True)
@@ -805,26 +802,6 @@ class Perturber:
                 out = torch.index_select(value, 0, inverse[offsets[j]:offsets[j + 1]]).view(*shapes[j], w.shape[1])
                 yield j, out
                 del out
-
-    def _embedding_fused(self, w, step, k, calls):
-        """:meth:`_embedding` with the fused kernels: each looked-up position's row of z is computed where it
-        lies, duplicates included, so no ``torch.unique`` (whose data-dependent size makes the host wait
-        for the device at every wave) is needed; calls that look up the same tensor (the + and - jobs of
-        a micro-batch) share one draw. The same values and arithmetic as the unique-row path."""
-        i = self._index[id(w)]
-        drawn: dict[tuple, tuple] = {}
-        for j in range(len(calls)):
-            s, ids = calls[j]
-            calls[j] = None
-            key = (ids.data_ptr(), tuple(ids.shape), tuple(ids.stride()), ids.device)
-            if key not in drawn:
-                flat = ids.reshape(-1).to(w.device)
-                drawn[key] = (ids, self.direction_rows(step, k, i, flat), torch.index_select(w.data, 0, flat))
-            _, z, base = drawn[key]
-            out = _perturb(z, s, base).view(*ids.shape, w.shape[1])
-            del ids
-            yield j, out
-            del out
 
     def _linear_big(self, module, step, k, calls):
         """A Linear too big to perturb whole (a tied LM head): blocks of output rows, z drawn once per block
