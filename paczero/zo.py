@@ -48,7 +48,10 @@ Evaluation paths, one arithmetic (bit-identical results, tested):
   and the module is evaluated for every job at its own sign. Without a stored
   z a step draws (2B + 1)·d Gaussian values for B micro-batches; lock-step
   draws (W + 1)·d for W waves, and each job keeps its own micro-batch shape
-  (so its arithmetic, and result, are unchanged).
+  (so its arithmetic, and result, are unchanged). On CPU an MLP or attention
+  whose trained tensors are all its Linear children's is one such module: its
+  children's z are drawn together and the jobs run through it one after
+  another, so they never hold its intermediate activations at the same time.
 """
 
 from __future__ import annotations
@@ -198,12 +201,16 @@ class Perturber:
     With ``token_budget`` (the micro-batches' budget), a wave is instead as many
     consecutive micro-batches as fit in ``lockstep * token_budget`` padded tokens
     per sign (at least one): small micro-batches share a draw, and no wave holds
-    more tokens than ``lockstep`` full micro-batches would.
+    more tokens than ``lockstep`` full micro-batches would. ``group_linears``
+    (uncached lock-step on CPU; None: on): a module whose trained tensors all sit in
+    its direct plain Linear children (an MLP, an attention's projections) is one
+    owner, evaluated job after job (see :meth:`_grouped_owners`).
     """
 
     def __init__(self, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
                  public_seed: int, *, cache_limit: int | None = None, big_values: int | None = None,
-                 lockstep: int = DEFAULT_LOCKSTEP, token_budget: int | None = None):
+                 lockstep: int = DEFAULT_LOCKSTEP, token_budget: int | None = None,
+                 group_linears: bool | None = None):
         refuse_offloaded(params)
         self.model = model
         self.params = [p for _, p in params]
@@ -234,6 +241,9 @@ class Perturber:
             own = [p for p in module.parameters(recurse=False) if id(p) in self._index]
             if own:
                 self._owner_modules.append((module, own))
+        if int(lockstep) > 0 and not self.cache and all(p.device.type == "cpu" for p in self.params) \
+                and (group_linears is None or group_linears):
+            self._owner_modules = self._grouped_owners(model, self._owner_modules)
         #: cached: trained embedding weights perturbed by looked-up rows (see :meth:`perturbed`), and their owners
         self._rows_params, self._rows_modules = self._rows_route() if self.cache else (set(), [])
         self._memo: dict | None = None  # cached, inside such a block: perturbed tensors formed once per block
@@ -243,6 +253,43 @@ class Perturber:
         self.lockstep = int(lockstep)
         #: padded tokens per sign in one wave (None: ``lockstep`` micro-batches, whatever their size)
         self.wave_tokens = None if token_budget is None or not self.lockstep else self.lockstep * int(token_budget)
+
+    def _grouped_owners(self, model: torch.nn.Module, owners: list) -> list:
+        """Uncached lock-step on CPU: a module whose trained parameters all belong to two or more of its
+        direct children that are plain Linears (an MLP's gate, up and down projections; an attention's
+        q, k, v and o) becomes one owner, evaluated by its own forward with every child's perturbed
+        tensors swapped in (:meth:`_generic`), job after job. The jobs of a wave then never hold
+        their intermediate activations inside it at the same time (the MLP's, the widest, are what a
+        wave adds to inference's peak), at the price of scratch for all of the children's z at once.
+        Each z is still drawn once per wave, and the arithmetic (``F.linear`` on the perturbed tensors) is
+        the cached path's: the scalars are bit-identical (tests/test_zo.py)."""
+        by_module = {id(m): own for m, own in owners}
+        limit = DEFAULT_BIG_VALUES if self.big_values is None else self.big_values  # blocked Linears stay so
+        n_owners: dict[int, int] = {}
+        for _, own in owners:
+            for p in own:
+                n_owners[id(p)] = n_owners.get(id(p), 0) + 1
+        groups: dict[int, list] = {}
+        taken: set[int] = set()
+        for module in model.modules():
+            if id(module) in by_module or "forward" in module.__dict__:
+                continue
+            lin = [c for c in module.children() if id(c) in by_module and "forward" not in c.__dict__
+                   and type(c).forward is torch.nn.Linear.forward]
+            own = [p for c in lin for p in by_module[id(c)]]
+            below = [p for p in module.parameters() if id(p) in self._index]
+            if len(lin) < 2 or len(below) != len(own) or any(n_owners[id(p)] != 1 for p in own) \
+                    or any(id(c) in taken for c in lin) or max(p.numel() for p in own) > limit:
+                continue
+            groups[id(module)] = own
+            taken.update(id(c) for c in lin)
+        out = []
+        for module in model.modules():
+            if id(module) in groups:
+                out.append((module, groups[id(module)]))
+            elif id(module) in by_module and id(module) not in taken:
+                out.append((module, by_module[id(module)]))
+        return out
 
     def _rows_route(self) -> tuple[set[int], list]:
         """Trained parameters of at least ``_ROWS_MIN_VALUES`` values owned only by plain embeddings

@@ -178,6 +178,9 @@ def test_lockstep_and_sequential_match_cached_bit_for_bit(name, task_name, dtype
         for lockstep in (0, 1, 3):
             g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
             assert np.array_equal(g, ref) and loss == ref_loss, (big, lockstep)
+    # lock-step with every Linear its own owner (on CPU, MLPs and attentions are grouped by default)
+    g, loss = _scalars(lm, params, batches, task, cache_limit=0, lockstep=1, group_linears=False)
+    assert np.array_equal(g, ref) and loss == ref_loss
     # waves by tokens (the training loop's form): micro-batches grouped up to 1 or 2 budgets per sign
     for lockstep in (1, 2):
         g, loss = _scalars(lm, params, batches, task, cache_limit=0, lockstep=lockstep, token_budget=96)
@@ -386,3 +389,46 @@ def test_cached_block_perturbs_a_trained_embedding_by_looked_up_rows(monkeypatch
     with torch.inference_mode(), whole.perturbed(0, 0, 1e-2):
         assert emb.weight.data_ptr() != ptr and torch.equal(emb(ids), want)
     assert max(sizes) == weight.numel()
+
+
+def test_grouped_linears_run_one_job_at_a_time_inside_an_mlp():
+    """Uncached lock-step on CPU: an MLP (and an attention) whose trained tensors all sit in direct Linear
+    children is one owner, evaluated job after job, so the + and - jobs of a wave never hold the MLP's
+    intermediate activations together; with ``group_linears=False`` (the control) they do."""
+    from paczero.tasks import build_task, load_splits
+    lm = load_model("tiny-llama", track="ft")
+    task = build_task("demo", lm.tokenizer)
+    batches = task.make_batches(task.encode(load_splits("demo", n_train=6, n_dev=1, n_test=1)[0]),
+                                token_budget=1 << 14)
+    params = trainable_parameters(lm.model, "ft")
+    mlps = [m for m in lm.model.modules() if type(m).__name__ == "LlamaMLP"]
+    inside, most = [0], [0]
+
+    def enter(*_):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+
+    def leave(*_):
+        inside[0] -= 1
+
+    handles = [h for m in mlps for h in (m.gate_proj.register_forward_pre_hook(enter),
+                                         m.down_proj.register_forward_hook(leave))]
+    seen = {}
+    try:
+        for group in (None, False):
+            pert = Perturber(lm.model, params, public_seed=4, cache_limit=0, lockstep=1, group_linears=group)
+            owners = {id(m) for m, _ in pert._owner_modules}
+            most[0] = 0
+            g, _ = zo.two_point_scalars(pert, 1, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 6, "cpu")
+            pert.remove()
+            seen[group] = (owners, most[0], g)
+    finally:
+        for h in handles:
+            h.remove()
+    attn = [m for m in lm.model.modules() if type(m).__name__ == "LlamaAttention"]
+    assert all(id(m) in seen[None][0] and id(m.gate_proj) not in seen[None][0] for m in mlps)
+    assert all(id(m) in seen[None][0] and id(m.q_proj) not in seen[None][0] for m in attn) and mlps and attn
+    assert seen[None][1] == 1                      # one job inside an MLP at a time
+    assert all(id(m) not in seen[False][0] and id(m.gate_proj) in seen[False][0] for m in mlps)
+    assert seen[False][1] == 2                     # control: both jobs of the wave inside at once
+    assert np.array_equal(seen[None][2], seen[False][2]) and np.all(seen[None][2] != 0)
