@@ -241,8 +241,11 @@ class Perturber:
             own = [p for p in module.parameters(recurse=False) if id(p) in self._index]
             if own:
                 self._owner_modules.append((module, own))
+        #: grouped owners (see :meth:`_grouped_owners`): id(module) -> {id(child): the child's trained tensors}
+        self._groups: dict[int, dict[int, list[torch.nn.Parameter]]] = {}
+        self._active: set[int] = set()  # children of the grouped owner being evaluated
         if int(lockstep) > 0 and not self.cache and all(p.device.type == "cpu" for p in self.params) \
-                and (group_linears is None or group_linears):
+                and not any(self._fused) and (group_linears is None or group_linears):
             self._owner_modules = self._grouped_owners(model, self._owner_modules)
         #: cached: trained embedding weights perturbed by looked-up rows (see :meth:`perturbed`), and their owners
         self._rows_params, self._rows_modules = self._rows_route() if self.cache else (set(), [])
@@ -258,11 +261,12 @@ class Perturber:
         """Uncached lock-step on CPU: a module whose trained parameters all belong to two or more of its
         direct children that are plain Linears (an MLP's gate, up and down projections; an attention's
         q, k, v and o) becomes one owner, evaluated by its own forward with every child's perturbed
-        tensors swapped in (:meth:`_generic`), job after job. The jobs of a wave then never hold
-        their intermediate activations inside it at the same time (the MLP's, the widest, are what a
-        wave adds to inference's peak), at the price of scratch for all of the children's z at once.
-        Each z is still drawn once per wave, and the arithmetic (``F.linear`` on the perturbed tensors) is
-        the cached path's: the scalars are bit-identical (tests/test_zo.py)."""
+        tensors swapped in, job after job (:meth:`_grouped`).
+        The jobs of a wave then never hold their intermediate activations inside it at the same time
+        (the MLP's, the widest, are what a wave adds to inference's peak), at the price of scratch for
+        all of the children's z at once. Each z is still drawn once per wave, and the arithmetic
+        (``F.linear`` on the perturbed tensors) is the cached path's: the scalars are bit-identical
+        (tests/test_zo.py)."""
         by_module = {id(m): own for m, own in owners}
         limit = DEFAULT_BIG_VALUES if self.big_values is None else self.big_values  # blocked Linears stay so
         n_owners: dict[int, int] = {}
@@ -282,6 +286,7 @@ class Perturber:
                     or any(id(c) in taken for c in lin) or max(p.numel() for p in own) > limit:
                 continue
             groups[id(module)] = own
+            self._groups[id(module)] = {id(c): by_module[id(c)] for c in lin}
             taken.update(id(c) for c in lin)
         out = []
         for module in model.modules():
@@ -562,15 +567,21 @@ class Perturber:
             raise RuntimeError("perturbed blocks do not nest")
         self._state = (int(step), int(k))
         self._memo = {} if rows else None
-        patched = []
+        patched, hooks = [], []
         try:
             for module, own in self._owner_modules if modules is None else modules:
                 had = "forward" in module.__dict__
                 inner = module.forward
                 module.forward = self._rerouted(module, own, inner, wrapped=had, rows=rows)
                 patched.append((module, had, inner))
+                if id(module) in self._groups:  # its children run only inside its evaluation (:meth:`_grouped`)
+                    for child in module.children():
+                        if id(child) in self._groups[id(module)]:
+                            hooks.append(child.register_forward_pre_hook(self._child_in))
             yield
         finally:
+            for h in hooks:
+                h.remove()
             self._state = None
             self._sign = None
             self._memo = None
@@ -585,8 +596,8 @@ class Perturber:
                   wrapped: bool, rows: bool = False) -> Callable:
         """The forward of one owner module inside a block: a lock-step member parks at it, any other
         caller evaluates it at once at the current scale."""
-        kind = None
-        if not wrapped:  # a forward already wrapped (accelerate's device hooks) must run as it is
+        kind = "grouped" if id(module) in self._groups else None
+        if not wrapped and kind is None:  # a forward already wrapped (accelerate's device hooks) must run as it is
             limit = self.big_values if self.big_values is not None else \
                 DEFAULT_BIG_VALUES if own[0].device.type == "cpu" else ACCELERATOR_BIG_VALUES
             big = max(p.numel() for p in own) > limit  # a Linear's weight decides, not weight + bias
@@ -663,7 +674,9 @@ class Perturber:
         step, k = self._state
         self._depth += 1
         try:
-            if kind is not None and all(len(a) == 1 and not kw for _, a, kw in calls):
+            if kind == "grouped":
+                yield from self._grouped(module, own, inner, step, k, calls)
+            elif kind is not None and all(len(a) == 1 and not kw for _, a, kw in calls):
                 calls[:] = [(s, a[0]) for s, a, _ in calls]
                 yield from kind(module, step, k, calls)
             else:
@@ -720,6 +733,27 @@ class Perturber:
                 del a, kw
                 yield j, out
                 del out
+
+    def _grouped(self, module, own, inner, step, k, calls):
+        """A grouped owner (:meth:`_grouped_owners`), evaluated as any owner (:meth:`_generic`: every
+        child's perturbed tensors swapped in for each call's own evaluation); its children may run only
+        while it does (see :meth:`_child_in`)."""
+        children = self._groups[id(module)]
+
+        def guarded(*args, **kwargs):
+            self._active.update(children)
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                self._active.difference_update(children)
+
+        yield from self._generic(own, guarded, step, k, calls)
+
+    def _child_in(self, child, args):
+        """A grouped child called outside its parent's evaluation would see theta, not the perturbed tensor."""
+        if id(child) not in self._active:
+            raise RuntimeError(f"{type(child).__name__} was called outside the module that owns it in lock-step; "
+                               "build the Perturber with group_linears=False for this model")
 
     def _z(self, step: int, k: int, p: torch.nn.Parameter, slot) -> torch.Tensor:
         i = self._index[id(p)]

@@ -432,3 +432,39 @@ def test_grouped_linears_run_one_job_at_a_time_inside_an_mlp():
     assert all(id(m) not in seen[False][0] and id(m.gate_proj) in seen[False][0] for m in mlps)
     assert seen[False][1] == 2                     # control: both jobs of the wave inside at once
     assert np.array_equal(seen[None][2], seen[False][2]) and np.all(seen[None][2] != 0)
+
+
+def test_a_grouped_linear_called_from_outside_its_module_is_refused():
+    """A model that calls a grouped child directly (before or after its parent) would see it unperturbed:
+    refused with a clear error; with group_linears=False the same model matches the cached path."""
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x):
+            first = self.block.a(x) if self.before else 0  # the child also called from outside its parent
+            out = self.block(x) + first
+            return out + (0 if self.before else self.block.a(x))
+
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(3, 8)
+    params = list(net.named_parameters())
+    jobs = [(1e-2, lambda: net(x)), (-1e-2, lambda: net(x))]
+    grouped = Perturber(net, params, public_seed=1, cache_limit=0, lockstep=1)
+    assert grouped._groups  # the block is a group
+    for net.before in (True, False):
+        with pytest.raises(RuntimeError, match="group_linears=False"):
+            grouped.evaluate(0, 0, jobs)
+    assert all("forward" not in m.__dict__ and not m._forward_pre_hooks for m in net.modules())  # cleaned up
+    plain = Perturber(net, params, public_seed=1, cache_limit=0, lockstep=1, group_linears=False)
+    cached = Perturber(net, params, public_seed=1, cache_limit=1 << 30)
+    assert all(torch.equal(u, v) for u, v in zip(plain.evaluate(0, 0, jobs), cached.evaluate(0, 0, jobs)))
