@@ -753,7 +753,8 @@ class Perturber:
         """A grouped child called outside its parent's evaluation would see theta, not the perturbed tensor."""
         if id(child) not in self._active:
             raise RuntimeError(f"{type(child).__name__} was called outside the module that owns it in lock-step; "
-                               "build the Perturber with group_linears=False for this model")
+                               "build the Perturber with group_linears=False for this model (command line: "
+                               "--lockstep-batches 0)")
 
     def _z(self, step: int, k: int, p: torch.nn.Parameter, slot) -> torch.Tensor:
         i = self._index[id(p)]
