@@ -268,7 +268,7 @@ class Perturber:
         (``F.linear`` on the perturbed tensors) is the cached path's: the scalars are bit-identical
         (tests/test_zo.py)."""
         by_module = {id(m): own for m, own in owners}
-        limit = DEFAULT_BIG_VALUES if self.big_values is None else self.big_values  # blocked Linears stay so
+        limit = self._big_limit(torch.device("cpu"))  # Linears evaluated in blocks stay their own owners
         n_owners: dict[int, int] = {}
         for _, own in owners:
             for p in own:
@@ -295,6 +295,12 @@ class Perturber:
             elif id(module) in by_module and id(module) not in taken:
                 out.append((module, by_module[id(module)]))
         return out
+
+    def _big_limit(self, device: torch.device) -> int:
+        """Values above which a trained tensor on ``device`` is never perturbed whole (uncached)."""
+        if self.big_values is not None:
+            return self.big_values
+        return DEFAULT_BIG_VALUES if device.type == "cpu" else ACCELERATOR_BIG_VALUES
 
     def _rows_route(self) -> tuple[set[int], list]:
         """Trained parameters of at least ``_ROWS_MIN_VALUES`` values owned only by plain embeddings
@@ -471,6 +477,9 @@ class Perturber:
         """Drop what is kept for the step (the cached z, small tensors' perturbed copies); needed after
         weights are changed in place other than by :meth:`apply_update` within a step."""
         self._z_cache.clear()
+        self._drop_kept()
+
+    def _drop_kept(self) -> None:
         self._kept.clear()
         self._kept_for = None
 
@@ -598,9 +607,7 @@ class Perturber:
         caller evaluates it at once at the current scale."""
         kind = "grouped" if id(module) in self._groups else None
         if not wrapped and kind is None:  # a forward already wrapped (accelerate's device hooks) must run as it is
-            limit = self.big_values if self.big_values is not None else \
-                DEFAULT_BIG_VALUES if own[0].device.type == "cpu" else ACCELERATOR_BIG_VALUES
-            big = max(p.numel() for p in own) > limit  # a Linear's weight decides, not weight + bias
+            big = max(p.numel() for p in own) > self._big_limit(own[0].device)  # a Linear's weight, not + bias
             if type(module).forward is torch.nn.Linear.forward and own[0] is module.weight:
                 kind = self._linear_big if big and not rows else self._linear  # rows: from the cached z
             elif (big or rows) and type(module).forward is torch.nn.Embedding.forward \
@@ -774,7 +781,7 @@ class Perturber:
         keep = None
         if first == 0 and last is None and p.numel() <= _KEEP_PAIR_VALUES:
             if self._kept_for != (step, k):
-                self._kept.clear()
+                self._drop_kept()
                 self._kept_for = (step, k)
             keep = (i, tuple(scales), base.data_ptr())
             if keep in self._kept:
@@ -926,8 +933,7 @@ class Perturber:
     @torch.no_grad()
     def apply_update(self, step: int, coefs: Sequence[float], lr: float, weight_decay: float = 0.0) -> None:
         """theta <- (1 - lr*wd) theta - (lr/K) sum_k coef_k z_k, one chunk at a time (fp32 arithmetic)."""
-        self._kept.clear()  # perturbed copies of the weights before this update
-        self._kept_for = None
+        self._drop_kept()  # perturbed copies of the weights before this update
         K = len(coefs)
         if K == 0:
             return
