@@ -120,6 +120,12 @@ _UPDATE_BLOCK = 1 << 16
 #: values of z drawn at a time (at least one chunk) when only some rows are needed
 _ROWS_GROUP_VALUES = 1 << 20
 
+class LockstepGroupingError(ValueError):
+    """The model calls a Linear of a grouped lock-step owner outside that owner (it would see theta, not
+    theta + scale z): a model this option cannot serve. A ValueError, so the command line answers it with
+    one line and exit code 2."""
+
+
 class _Layout:
     """How a parameter's direction splits into chunks of whole rows of its first dimension."""
 
@@ -759,9 +765,9 @@ class Perturber:
     def _child_in(self, child, args):
         """A grouped child called outside its parent's evaluation would see theta, not the perturbed tensor."""
         if id(child) not in self._active:
-            raise RuntimeError(f"{type(child).__name__} was called outside the module that owns it in lock-step; "
-                               "build the Perturber with group_linears=False for this model (command line: "
-                               "--lockstep-batches 0)")
+            raise LockstepGroupingError(
+                f"{type(child).__name__} was called outside the module that owns it in lock-step; build the "
+                "Perturber with group_linears=False for this model (command line: --lockstep-batches 0)")
 
     def _z(self, step: int, k: int, p: torch.nn.Parameter, slot) -> torch.Tensor:
         i = self._index[id(p)]

@@ -5,7 +5,7 @@ import torch
 
 from paczero.models import load_model, trainable_parameters
 from paczero import zo
-from paczero.zo import Perturber, direction_seed, stability_clip
+from paczero.zo import LockstepGroupingError, Perturber, direction_seed, stability_clip
 
 
 def _loss(model, ids):
@@ -462,7 +462,7 @@ def test_a_grouped_linear_called_from_outside_its_module_is_refused():
     grouped = Perturber(net, params, public_seed=1, cache_limit=0, lockstep=1)
     assert grouped._groups  # the block is a group
     for net.before in (True, False):
-        with pytest.raises(RuntimeError, match="group_linears=False"):
+        with pytest.raises(LockstepGroupingError, match="group_linears=False"):
             grouped.evaluate(0, 0, jobs)
     assert all("forward" not in m.__dict__ and not m._forward_pre_hooks for m in net.modules())  # cleaned up
     plain = Perturber(net, params, public_seed=1, cache_limit=0, lockstep=1, group_linears=False)
