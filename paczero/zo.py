@@ -80,10 +80,21 @@ def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_GOLDEN_INT, _MASK64 = 0x9E3779B97F4A7C15, (1 << 64) - 1
+#: directions of at most this many chunks get their chunk seeds from Python integers (same values)
+_FEW_CHUNKS = 8
 
 
 def chunk_seeds(base_seed: int, n_chunks: int) -> np.ndarray:
     """The torch seeds of a direction's chunks: splitmix64 of ``base + (c + 1) * golden`` (public)."""
+    if n_chunks <= _FEW_CHUNKS:  # the same arithmetic on Python integers: numpy's set-up costs more here
+        out = []
+        for c in range(1, n_chunks + 1):
+            x = (int(base_seed) + c * _GOLDEN_INT) & _MASK64
+            x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+            x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+            out.append((x ^ (x >> 31)) & 0x7FFFFFFFFFFFFFFF)
+        return np.array(out, dtype=np.uint64)
     with np.errstate(over="ignore"):
         x = np.uint64(base_seed) + (np.arange(1, n_chunks + 1, dtype=np.uint64) * _GOLDEN)
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -167,7 +178,12 @@ class _Pool:
         return g
 
     def run(self, fn: Callable[[int, int], None], n: int, device: torch.device, min_per_task: int = 4) -> None:
-        """Call ``fn(lo, hi)`` over a partition of range(n): in parallel on CPU, inline elsewhere."""
+        """Call ``fn(lo, hi)`` over a partition of range(n): in parallel on CPU, inline elsewhere.
+
+        The ranges are handed out as the threads ask for them, not split in advance: right after an
+        operator of torch's, its OpenMP worker still spins on a core, and with fixed halves the thread
+        sharing that core finished last (the cached draw after a forward, in one process: median 14.3
+        ms with fixed halves, 13.0 handed out; docs/performance.md, eleventh session)."""
         workers = 1
         if device.type == "cpu":
             workers = max(1, min(torch.get_num_threads(), os.cpu_count() or 1, n // min_per_task))
@@ -179,17 +195,29 @@ class _Pool:
                 self._pool.shutdown(wait=True)
             self._pool = ThreadPoolExecutor(workers, thread_name_prefix="paczero-z")
             self._workers = workers
-        bounds = [n * w // workers for w in range(workers + 1)]
+        grain = max(1, n // (8 * workers))
+        starts = iter(range(0, n, grain))  # shared between the threads (under the lock)
+        lock = threading.Lock()
         inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
 
-        def task(lo: int, hi: int) -> None:  # the caller's autograd modes are thread-local
-            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                fn(lo, hi)
+        def drain() -> None:
+            while True:
+                with lock:
+                    lo = next(starts, None)
+                if lo is None:
+                    return
+                fn(lo, min(lo + grain, n))
 
-        futures = [self._pool.submit(task, bounds[w], bounds[w + 1]) for w in range(1, workers)]
-        fn(bounds[0], bounds[1])
-        for f in futures:
-            f.result()
+        def task() -> None:  # the caller's autograd modes are thread-local
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                drain()
+
+        futures = [self._pool.submit(task) for _ in range(1, workers)]
+        try:
+            drain()
+        finally:
+            for f in futures:
+                f.result()
 
 
 _POOL = _Pool()
@@ -237,6 +265,8 @@ class Perturber:
         self._hub = None  # the greenlet running the lock-step schedule
         self._members: set = set()  # its member greenlets
         self._z_cache: dict[tuple[int, int, int], torch.Tensor] = {}
+        #: cached, drawn on CPU: the storage of z per (k, i), reused from step to step (see :meth:`_draw_all`)
+        self._z_store: dict[tuple[int, int], torch.Tensor] = {}
         self._seeds: dict[tuple[int, int, int], np.ndarray] = {}
         self._buffers: dict[tuple, torch.Tensor] = {}  # scratch reused across module calls (no page faults)
         #: fused: small tensors' perturbed copies, kept for the rest of (step, k) (see ``_KEEP_PAIR_VALUES``)
@@ -383,7 +413,8 @@ class Perturber:
                 t.mul_(scale).add_(flat_base[a - r0:b - r0])
 
     def direction(self, step: int, k: int, i: int) -> torch.Tensor:
-        """z for parameter i (fp32, on the parameter's device). Cached: do not modify it."""
+        """z for parameter i (fp32, on the parameter's device). Cached: do not modify it; it is valid
+        until a later step's directions are drawn (their storage is reused)."""
         key = (step, k, i)
         if self.cache:
             z = self._z_cache.get(key)
@@ -392,9 +423,11 @@ class Perturber:
             if self._z_cache and next(iter(self._z_cache))[0] != step:
                 self._z_cache.clear()  # a new step: the previous step's directions are done
         p = self.params[i]
+        if self.cache and not self._fused[i]:  # every CPU-drawn tensor of (step, k) at once (see _draw_all)
+            self._draw_all(step, k)
+            return self._z_cache[key]
         z = torch.empty(p.shape, device=p.device, dtype=torch.float32)
-        # split between the worker threads (a cached z: once a step, at a block's entry or at an
-        # embedding's first lookup in the block's first forward)
+        # split between the worker threads
         self._chunk_seeds(key)  # computed once, before the threads read them
         if self._fused[i]:  # one kernel for every chunk
             self._fill_range(key, z, 0, self._layouts[i].n_chunks)
@@ -403,6 +436,33 @@ class Perturber:
         if self.cache:
             self._z_cache[key] = z
         return z
+
+    def _draw_all(self, step: int, k: int) -> None:
+        """Cached: z of every trained tensor of (step, k) drawn by torch's generator, in one partition of
+        all their chunks between the worker threads, per device (the step needs them all: the update reads
+        every z; drawn at the first block's entry). The same values as one tensor at a time: every chunk
+        is seeded on its own. Each z is written into the storage of the previous step's: a fresh tensor's
+        pages are faulted in as they are first written, which on this project's CPU machine made the
+        draw 18 ms instead of 9 (tiny-opt; docs/performance.md, eleventh session)."""
+        by_device: dict[torch.device, list[tuple[tuple[int, int, int], torch.Tensor, int]]] = {}
+        for i, p in enumerate(self.params):
+            key = (step, k, i)
+            if self._fused[i] or key in self._z_cache:
+                continue
+            z = self._z_store.get((k, i))  # last step's storage, refilled: no fresh pages to fault in
+            if z is None:  # a normal tensor even in inference mode: refilled in and out of it (the update)
+                with torch.inference_mode(False):
+                    z = self._z_store[(k, i)] = torch.empty(p.shape, device=p.device, dtype=torch.float32)
+            self._z_cache[key] = z
+            self._chunk_seeds(key)
+            flat = z.view(-1, self._layouts[i].row) if z.dim() else z.view(1, 1)
+            by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(self._layouts[i].n_chunks))
+        for device, tasks in by_device.items():
+            def work(lo: int, hi: int, tasks=tasks) -> None:
+                for key, flat, c in tasks[lo:hi]:
+                    a, b = self._layouts[key[2]].chunk_rows(c)
+                    self._fill(key, flat[a:b], c, c + 1)
+            _POOL.run(work, len(tasks), device)
 
     def _fill_range(self, key: tuple[int, int, int], out: torch.Tensor, first: int, last: int) -> None:
         """Chunks ``first..last-1`` of z written at their own rows of the whole-parameter tensor ``out``."""
@@ -483,6 +543,7 @@ class Perturber:
         """Drop what is kept for the step (the cached z, small tensors' perturbed copies); needed after
         weights are changed in place other than by :meth:`apply_update` within a step."""
         self._z_cache.clear()
+        self._z_store.clear()
         self._drop_kept()
 
     def _drop_kept(self) -> None:
