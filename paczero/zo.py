@@ -941,6 +941,15 @@ class Perturber:
     def _embedding(self, module, step, k, calls):
         """A big embedding: only the rows of z that the calls look up are drawn (once for all)."""
         w = module.weight
+        if self.cache:  # z is whole for the step: each call gathers its tokens' rows of z and of theta,
+            # with no sort for distinct rows (3x faster on tiny-opt's micro-batches); the same roundings
+            z = self.direction(step, k, self._index[id(w)])
+            for j, (s, ids) in enumerate(calls):
+                calls[j] = None
+                out = _perturb(F.embedding(ids, z), s, F.embedding(ids, w.data))
+                yield j, out
+                del out
+            return
         flat = [ids.reshape(-1) for _, ids in calls]
         shapes = [ids.shape for _, ids in calls]
         rows, inverse = torch.unique(torch.cat(flat), return_inverse=True)
