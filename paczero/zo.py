@@ -79,8 +79,8 @@ def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
     return int(ss.generate_state(1, dtype=np.uint64)[0] & np.uint64(0x7FFFFFFFFFFFFFFF))
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_GOLDEN_INT, _MASK64 = 0x9E3779B97F4A7C15, (1 << 64) - 1
+#: splitmix64's increment and multipliers (the chunk seeds' definition), and 2^64 - 1
+_GOLDEN_INT, _MIX1, _MIX2, _MASK64 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, (1 << 64) - 1
 #: directions of at most this many chunks get their chunk seeds from Python integers (same values)
 _FEW_CHUNKS = 8
 
@@ -91,14 +91,14 @@ def chunk_seeds(base_seed: int, n_chunks: int) -> np.ndarray:
         out = []
         for c in range(1, n_chunks + 1):
             x = (int(base_seed) + c * _GOLDEN_INT) & _MASK64
-            x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-            x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+            x = ((x ^ (x >> 30)) * _MIX1) & _MASK64
+            x = ((x ^ (x >> 27)) * _MIX2) & _MASK64
             out.append((x ^ (x >> 31)) & 0x7FFFFFFFFFFFFFFF)
         return np.array(out, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        x = np.uint64(base_seed) + (np.arange(1, n_chunks + 1, dtype=np.uint64) * _GOLDEN)
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        x = np.uint64(base_seed) + (np.arange(1, n_chunks + 1, dtype=np.uint64) * np.uint64(_GOLDEN_INT))
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(_MIX1)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(_MIX2)
         x = x ^ (x >> np.uint64(31))
     return x & np.uint64(0x7FFFFFFFFFFFFFFF)
 
@@ -939,7 +939,9 @@ class Perturber:
                 del y
 
     def _embedding(self, module, step, k, calls):
-        """A big embedding: only the rows of z that the calls look up are drawn (once for all)."""
+        """A trained embedding evaluated by looked-up rows. Cached (z whole for the step): each call
+        gathers its tokens' rows of z and of theta. Uncached (a big embedding): only the chunks of z that
+        hold the calls' distinct rows are drawn, once for all calls."""
         w = module.weight
         if self.cache:  # z is whole for the step: each call gathers its tokens' rows of z and of theta,
             # with no sort for distinct rows (3x faster on tiny-opt's micro-batches); the same roundings
