@@ -224,9 +224,10 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     res["padded_tokens"] = sum(b.num_tokens for b in h.batches)
     res["floor_micro_batches"] = len(h.floor_batches)
     res["floor_padded_tokens"] = sum(b.num_tokens for b in h.floor_batches)
+    res["directions"] = h.get_perturber().directions
     log(f"bench: {cfg.model} {cfg.track} {cfg.dtype} on {model_device(h.model)}, N={cfg.n}, M={cfg.num_subsets}, "
         f"{len(h.batches)} micro-batches ({len(h.floor_batches)} for the floor), {torch.get_num_threads()} threads "
-        f"(set-up {time.perf_counter() - t:.1f}s)")
+        f"(set-up {time.perf_counter() - t:.1f}s); z from {res['directions']}")
 
     # Floor passes and steps alternate, and the ratio is the median of the per-pair ratios,
     # so that a change in the machine's load hits both sides of a ratio alike.

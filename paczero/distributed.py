@@ -109,6 +109,9 @@ class Single:
 
     rank, world, is_main = 0, 1, True
 
+    def agree(self, what: str, value: str) -> None:
+        pass
+
     def sync_weights(self, params) -> None:
         pass
 
@@ -141,6 +144,15 @@ class DataParallel(Single):
         tdist.broadcast_object_list(box, src=0, device=torch.device(self.comm_device) if self.comm_device == "cuda"
                                     else None)
         return box[0]
+
+    def agree(self, what: str, value: str) -> None:
+        """Raise on every rank unless all ranks hold the same ``value`` (e.g. the generator of z: a rank
+        whose C compiler failed would follow other directions than the rest)."""
+        values = [None] * self.world
+        tdist.all_gather_object(values, value)
+        if len(set(values)) > 1:
+            raise RuntimeError(f"data-parallel ranks disagree on {what}: " +
+                               "; ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
 
     def sync_weights(self, params) -> None:
         """Every rank starts from rank 0's trainable weights (fresh or resumed), bit for bit."""
@@ -196,6 +208,7 @@ def follow(cfg, dp: DataParallel) -> dict:
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
+    dp.agree("directions", perturber.directions)
     dp.sync_weights(params)
     steps = 0
     while (msg := dp.receive()) is not None:

@@ -249,9 +249,14 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
             log(f"resuming from step {start}")
         truncate_jsonl(log_path, lambda r: r["step"] < start)
         truncate_jsonl(eval_path, lambda r: r["step"] <= start)
+        was = json.loads((run_dir / "run.json").read_text()).get("directions")
+        if was is not None and was != perturber.directions:
+            log(f"warning: the directions now come from {perturber.directions} ({was} in the original run): "
+                "the resumed steps follow other, equally public, directions")
     else:
         atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), "universe_size": n,
-                                           "data_fingerprint": fingerprint, "secret_source": secret_source(cfg)})
+                                           "data_fingerprint": fingerprint, "secret_source": secret_source(cfg),
+                                           "directions": perturber.directions})
     log(f"paczero: {cfg.mechanism} on {cfg.task} ({n} examples, {cfg.track}, {cfg.model}); "
         f"{len(full_batches)} micro-batches; setup {time.time() - t_setup:.1f}s")
 
@@ -263,6 +268,7 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         public = {"step": step, "best": best, "zero_shot": zero_shot, "seconds": cum_time}
         save_checkpoint(run_dir, step, trainable_state(params), public, {"mechanism": mechanism.state_dict()})
 
+    dp.agree("directions", perturber.directions)
     dp.sync_weights(params)
     bar = _progress(cfg, start)
     stopped = False

@@ -9,11 +9,14 @@ regenerates the same z.
 How z is defined. For trainable parameter i, z is the concatenation along the
 parameter's first dimension of independent *chunks* of whole rows, about
 ``chunk_values(device)`` values each (2^14 on CPU, 2^24 on accelerators);
-chunk c is ``torch.randn`` from a generator seeded with
-``chunk_seeds(direction_seed(seed, step, k, i))[c]``; on CUDA, where Triton is
-installed (it ships with torch's CUDA wheels), chunk c is instead the
-counter-based Philox stream of :mod:`paczero.cuda_directions` keyed by the same
-seed, which fused kernels compute where it is used (no z is stored there).
+chunk c is the counter-based Philox stream keyed by the chunk seed
+``chunk_seeds(direction_seed(seed, step, k, i))[c]``: on CPU computed by the
+compiled kernel of :mod:`paczero.cpu_directions` (bit-identical on every
+machine), on CUDA by the fused Triton kernels of :mod:`paczero.cuda_directions`,
+which compute it where it is used (no z is stored there). Where neither is
+available (no C compiler; no Triton) or ``PACZERO_TORCH_DIRECTIONS=1``, chunk c is
+``torch.randn`` from a generator seeded with that chunk seed
+(:attr:`Perturber.directions` says which; a run records it).
 Chunks let CPU threads fill one direction in parallel, let an embedding draw only the rows a batch
 looks up, and let a large LM head be perturbed block by block, so no
 full-size copy of it ever exists. (The chunk size depends on the device type,
@@ -70,6 +73,7 @@ import torch
 import torch.nn.functional as F
 from greenlet import greenlet
 
+from paczero import cpu_directions as _cpu
 from paczero import cuda_directions as _cd
 
 
@@ -258,6 +262,14 @@ class Perturber:
         self._layouts = [_Layout(p.shape, chunk_values(p.device)) for p in self.params]
         #: parameters whose z is :mod:`paczero.cuda_directions`' (CUDA with Triton): fused kernels
         self._fused = [_cd.enabled(p.device) for p in self.params]
+        #: parameters whose z is :mod:`paczero.cpu_directions`' (CPU with a C compiler): the compiled kernel
+        self._kernel = [p.device.type == "cpu" and not f and _cpu.enabled(p.device)
+                        for p, f in zip(self.params, self._fused)]
+        #: which generator defines z here (recorded with a run; data-parallel ranks must agree)
+        self.directions = "; ".join(sorted({
+            _cpu.KERNEL_SOURCE if kern else f"philox4x32-10 box-muller, Triton ({p.device.type})" if fused
+            else f"torch generator per chunk ({p.device.type})"
+            for p, fused, kern in zip(self.params, self._fused, self._kernel)}))
         self._seeds_dev: dict[tuple[int, int, int], torch.Tensor] = {}  # chunk seeds on the parameter's device
         self._state: tuple[int, int] | None = None  # (step, k) of the open block
         self._sign: float | None = None  # the scale of a forward that is not a lock-step member
@@ -398,6 +410,11 @@ class Perturber:
                                theta=None if base is None else base.contiguous(), scale=0.0 if scale is None else scale)
             return
         seeds = self._chunk_seeds(key)
+        if self._kernel[key[2]]:  # every chunk in one call of the compiled kernel, then the same arithmetic
+            _cpu.chunks(seeds, first, last, lay.per_chunk * lay.row, out)
+            if base is not None:
+                out.mul_(scale).add_(base.reshape(out.shape))
+            return
         flat = out.view(-1, lay.row) if lay.shape else out.view(1, 1)
         flat_base = None
         if base is not None:
@@ -459,9 +476,16 @@ class Perturber:
             by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(self._layouts[i].n_chunks))
         for device, tasks in by_device.items():
             def work(lo: int, hi: int, tasks=tasks) -> None:
-                for key, flat, c in tasks[lo:hi]:
-                    a, b = self._layouts[key[2]].chunk_rows(c)
-                    self._fill(key, flat[a:b], c, c + 1)
+                j = lo
+                while j < hi:  # consecutive chunks of one tensor in one call
+                    key, flat, c = tasks[j]
+                    e = j + 1
+                    while e < hi and tasks[e][0] == key:
+                        e += 1
+                    lay = self._layouts[key[2]]
+                    self._fill(key, flat[lay.chunk_rows(c)[0]:lay.chunk_rows(tasks[e - 1][2])[1]], c,
+                               tasks[e - 1][2] + 1)
+                    j = e
             _POOL.run(work, len(tasks), device)
 
     def _fill_range(self, key: tuple[int, int, int], out: torch.Tensor, first: int, last: int) -> None:
@@ -490,6 +514,10 @@ class Perturber:
                 -1, *lay.shape[1:])
         if self._fused[i]:  # each row computed where it lies: no chunk is drawn, nothing waits for the device
             return _cd.rows(self._device_seeds((step, k, i)), lay.per_chunk, lay.row, rows).view(-1, *lay.shape[1:])
+        if self._kernel[i]:  # each row computed where it lies: no whole chunk is drawn
+            out = torch.empty((rows.numel(), lay.row), device=device)
+            _cpu.rows(self._chunk_seeds((step, k, i)), lay.per_chunk, lay.row, rows, out)
+            return out.view(-1, *lay.shape[1:])
         if not (device.type != "cpu" if grouped is None else grouped):
             return self._direction_rows_at_once(step, k, i, rows)
         out = torch.empty((rows.numel(), lay.row), device=device)
@@ -1062,6 +1090,7 @@ class Perturber:
         flat = p.data.view(-1, lay.row) if lay.shape else p.data.view(1, 1)
         fp32 = p.dtype == torch.float32
         seeds = [self._chunk_seeds((step, k, i)) if s else None for k, s in enumerate(scales)]
+        kernel = self._kernel[i]
 
         def work(lo: int, hi: int) -> None:
             gen = _POOL.generator(device)
@@ -1072,8 +1101,12 @@ class Perturber:
                     acc.mul_(1.0 - decay)
                 for s, sd in zip(scales, seeds):
                     if s:
-                        gen.manual_seed(int(sd[c]))
-                        z = torch.empty(acc.shape, device=device).normal_(generator=gen)
+                        z = torch.empty(acc.shape, device=device)
+                        if kernel:
+                            _cpu.chunks(sd, c, c + 1, lay.per_chunk * lay.row, z)
+                        else:
+                            gen.manual_seed(int(sd[c]))
+                            z.normal_(generator=gen)
                         acc.sub_(z.mul_(s))
                 if not fp32:
                     flat[a:b].copy_(acc.to(p.dtype))

@@ -35,13 +35,15 @@ def _config(out_dir: str) -> TrainConfig:
                        private_seed=1234, out_dir=out_dir, device="cpu")
 
 
-def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
+def _rank(rank: int, world: int, port: int, out_dir: str, torch_directions_rank: int = -1) -> None:
     import torch.distributed as tdist
 
     import paczero.subsets
     import paczero.train
 
     torch.set_num_threads(1)
+    if rank == torch_directions_rank:  # this rank's z from torch's generator, the others' from the kernel
+        os.environ["PACZERO_TORCH_DIRECTIONS"] = "1"
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     tdist.init_process_group("gloo", rank=rank, world_size=world)
     if rank:  # the other ranks must never build a mechanism nor draw a secret
@@ -82,3 +84,19 @@ def test_two_processes_match_one(tmp_path):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     assert [json.loads(x) for x in open(f"{single}/evals.jsonl")] == [json.loads(x) for x in open(f"{multi}/evals.jsonl")]
     assert not os.path.exists(os.path.join(multi, "rank1"))  # nothing but rank 0's files
+    from paczero.cpu_directions import KERNEL_SOURCE
+    assert json.load(open(f"{multi}/run.json"))["directions"] == KERNEL_SOURCE
+
+
+def test_ranks_that_would_draw_other_directions_refuse_to_start(tmp_path):
+    """A rank whose z comes from another generator (say its C compiler failed) stops every rank before the
+    first step, naming the difference; negative control: the same launch with agreeing ranks trains."""
+    import pytest
+
+    with pytest.raises(Exception, match="disagree on directions"):
+        mp.start_processes(_rank, args=(2, free_port(), str(tmp_path / "a"), 1), nprocs=2, start_method="spawn",
+                           join=True)
+    assert not os.path.exists(tmp_path / "a" / "log.jsonl") or not open(tmp_path / "a" / "log.jsonl").read()
+    mp.start_processes(_rank, args=(2, free_port(), str(tmp_path / "b"), -1), nprocs=2, start_method="spawn",
+                       join=True)
+    assert len(_transcript(tmp_path / "b")) == 4

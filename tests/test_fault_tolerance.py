@@ -187,7 +187,27 @@ def test_corrupted_manifest_falls_back(reference, tmp_path, capsys):
     assert main(_flags(out) + ["--resume"]) == 0
     printed = capsys.readouterr().out
     assert "unreadable manifest" in printed and f"resuming from step {STEPS - 2}" in printed
+    assert "directions now come from" not in printed  # the same generator: no warning
     _assert_same_run(out, reference)
+
+
+def test_resume_with_another_generator_of_z_says_so(reference, tmp_path, capsys, monkeypatch):
+    """run.json records which generator defines z; a resume whose z comes from another one (no C compiler
+    there, or PACZERO_TORCH_DIRECTIONS=1) finishes the run but warns that its later steps follow other
+    directions."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
+    saved = json.loads((out / "run.json").read_text())["directions"]
+    assert "philox" in saved
+    monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
+    assert main(_flags(out) + ["--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert f"resuming from step {STEPS - 2}" in printed
+    assert f"warning: the directions now come from torch generator per chunk (cpu) ({saved} in the original run)" \
+        in printed
+    assert _transcript(out)[:STEPS - 2] == _transcript(reference)[:STEPS - 2]
+    assert json.loads((out / "run.json").read_text())["directions"] == saved  # the original run's record
 
 
 @pytest.mark.parametrize("change, word", [

@@ -99,11 +99,15 @@ def test_directions_are_public_and_deterministic():
     a.remove()
 
 
-def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path():
-    """Chunk c of z for (step, k, i) is torch's normal_ from the seed chunk_seeds(direction_seed(...))[c],
-    recomputed here independently of the Perturber; the cached step's one draw of every tensor (split
-    between threads), the uncached draw and the chunk seeds' two computations (Python integers for few
-    chunks, numpy for many) all give it."""
+@pytest.mark.parametrize("source", ["kernel", "torch"])
+def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path(source, monkeypatch):
+    """Chunk c of z for (step, k, i) is, from the seed chunk_seeds(direction_seed(...))[c], the counter-based
+    definition of paczero.cpu_directions (its numpy float32 mirror, not the compiled kernel) or, with
+    PACZERO_TORCH_DIRECTIONS=1, torch's normal_; recomputed here independently of the Perturber. The cached
+    step's one draw of every tensor (split between threads), the uncached draw and the chunk seeds' two
+    computations (Python integers for few chunks, numpy for many) all give it."""
+    from paczero import cpu_directions
+
     for base in (0, 1, 2**63 - 1, 0x123456789ABCDEF, 2**62 + 12345):
         for n in range(1, zo._FEW_CHUNKS + 3):
             few, zo._FEW_CHUNKS = zo._FEW_CHUNKS, 0
@@ -112,28 +116,37 @@ def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path():
             finally:
                 zo._FEW_CHUNKS = few
             assert by_numpy.dtype == np.uint64 and np.array_equal(zo.chunk_seeds(base, n), by_numpy)
+    if source == "torch":
+        monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
     lm = load_model("tiny-opt", track="ft")
     params = trainable_parameters(lm.model, "ft")
     cached = Perturber(lm.model, params, public_seed=21)
     uncached = Perturber(lm.model, params, public_seed=21, cache_limit=0)
     assert cached.cache and not uncached.cache
+    assert all(cached._kernel) == all(uncached._kernel) == (source == "kernel")
     g = torch.Generator()
+
+    def chunk(seed: int, n: int) -> torch.Tensor:
+        if source == "kernel":
+            return torch.from_numpy(cpu_directions.mirror_values(seed, np.arange(n)))
+        g.manual_seed(seed)
+        return torch.empty(n).normal_(generator=g)
+
     for i in (0, 1, len(params) - 1, max(range(len(params)), key=lambda j: params[j][1].numel())):
         lay = cached._layouts[i]
         seeds = zo.chunk_seeds(direction_seed(21, 3, 1, i), lay.n_chunks)
         expected = torch.empty(lay.rows, lay.row)
         for c in range(lay.n_chunks):
             a, b = lay.chunk_rows(c)
-            g.manual_seed(int(seeds[c]))
-            expected[a:b].normal_(generator=g)
+            expected[a:b] = chunk(int(seeds[c]), (b - a) * lay.row).view(b - a, lay.row)
         expected = expected.view(lay.shape)
         assert torch.equal(cached.direction(3, 1, i), expected), params[i][0]
         assert torch.equal(uncached.direction(3, 1, i), expected), params[i][0]
     assert len(cached._z_cache) == len(params)  # the first request drew every tensor of (step, k)
     wrong = zo.chunk_seeds(direction_seed(21, 3, 1, i) + 1, lay.n_chunks)  # negative control: another seed
-    g.manual_seed(int(wrong[0]))
     a, b = lay.chunk_rows(0)
-    assert not torch.equal(torch.empty(b - a, lay.row).normal_(generator=g), expected.view(lay.rows, lay.row)[a:b])
+    assert not torch.equal(chunk(int(wrong[0]), (b - a) * lay.row).view(b - a, lay.row),
+                           expected.view(lay.rows, lay.row)[a:b])
     cached.remove()
     uncached.remove()
 
