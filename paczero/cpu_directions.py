@@ -21,10 +21,11 @@ both that and the distance to a float64 evaluation of the definition.
 
 Why compiled: torch's CPU generator (mt19937, then Box-Muller) costs about 3.6
 ns per value on this project's machine and a full fine-tuning step needs every
-value of z at least once; this kernel costs 1.6 ns on one thread (measured,
+value of z at least once; this kernel costs 1.1 ns on one thread (measured,
 docs/performance.md, twelfth session). No maintained library offers a faster
-CPU normal generator that torch can fill in place (numpy's Philox normals
-measured 8.6 ns). The kernel is plain C compiled with the system's C compiler
+CPU normal generator that torch can fill in place (eleventh session: numpy's
+float32 normals 7.7 ns, numpy's Philox bits made normal by torch operators
+8.6 ns). The kernel is plain C compiled with the system's C compiler
 (``$CC`` or ``cc``) into ``$PACZERO_CACHE/kernels`` and loaded with ctypes, which
 releases the GIL, so the worker threads of :mod:`paczero.zo` draw in parallel.
 
@@ -132,21 +133,29 @@ static inline void turn(uint32_t k, float *cos_out, float *sin_out) {
     *sin_out = q == 0 ? s0 : q == 1 ? c0 : q == 2 ? -s0 : -c0;
 }
 
-/* counters j in [jlo, jhi) of block b: output q of counter j at o[256 q + j] */
+/* counters j in [jlo, jhi) of block b: output q of counter j at o[256 q + j]. Two loops, each vectorised
+   on its own: Philox4x32-10 in 64-bit lanes (each product one 32 x 32 -> 64-bit multiplication, no
+   widening or narrowing per round), then Box-Muller in 32-bit lanes (1.07 against 1.58 ns per value in
+   one loop; docs/performance.md, twelfth session) */
 static void block(uint32_t k0, uint32_t k1, uint32_t b, uint32_t jlo, uint32_t jhi, float *o) {
+    uint32_t w0[256], w1[256], w2[256], w3[256];
+    const uint64_t M = 0xFFFFFFFFull;
     for (uint32_t j = jlo; j < jhi; j++) {
-        uint32_t c0 = b * 256u + j, c1 = 0, c2 = 0, c3 = 0, x0 = k0, x1 = k1;
+        uint64_t d0 = b * 256u + j, d1 = 0, d2 = 0, d3 = 0, x0 = k0, x1 = k1;
         for (int r = 0; r < 10; r++) {
-            uint64_t pa = (uint64_t)0xD2511F53u * c0, pb = (uint64_t)0xCD9E8D57u * c2;
-            uint32_t n0 = (uint32_t)(pb >> 32) ^ c1 ^ x0, n2 = (uint32_t)(pa >> 32) ^ c3 ^ x1;
-            c1 = (uint32_t)pb; c3 = (uint32_t)pa; c0 = n0; c2 = n2;
-            x0 += 0x9E3779B9u; x1 += 0xBB67AE85u;
+            uint64_t pa = 0xD2511F53ull * (d0 & M), pb = 0xCD9E8D57ull * (d2 & M);
+            uint64_t n0 = (pb >> 32) ^ d1 ^ x0, n2 = (pa >> 32) ^ d3 ^ x1;
+            d1 = pb & M; d3 = pa & M; d0 = n0; d2 = n2;
+            x0 = (x0 + 0x9E3779B9ull) & M; x1 = (x1 + 0xBB67AE85ull) & M;
         }
-        float r1 = sqrtf(ln24((c0 >> 8) + 1u) * -2.0f);
-        float r2 = sqrtf(ln24((c2 >> 8) + 1u) * -2.0f);
+        w0[j] = (uint32_t)d0; w1[j] = (uint32_t)d1; w2[j] = (uint32_t)d2; w3[j] = (uint32_t)d3;
+    }
+    for (uint32_t j = jlo; j < jhi; j++) {
+        float r1 = sqrtf(ln24((w0[j] >> 8) + 1u) * -2.0f);
+        float r2 = sqrtf(ln24((w2[j] >> 8) + 1u) * -2.0f);
         float ca, sa, cb, sb;
-        turn(c1 >> 8, &ca, &sa);
-        turn(c3 >> 8, &cb, &sb);
+        turn(w1[j] >> 8, &ca, &sa);
+        turn(w3[j] >> 8, &cb, &sb);
         o[j] = r1 * ca; o[256 + j] = r1 * sa; o[512 + j] = r2 * cb; o[768 + j] = r2 * sb;
     }
 }
