@@ -248,7 +248,13 @@ def _build() -> ctypes.CDLL:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     src = source_code()
     out_dir = cache_dir() / "kernels"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(out_dir, os.W_OK):
+            raise OSError("not writable")
+    except OSError:  # a read-only cache: build into the temporary directory instead
+        out_dir = Path(tempfile.gettempdir()) / f"paczero-kernels-{os.getuid() if hasattr(os, 'getuid') else 0}"
+        out_dir.mkdir(parents=True, exist_ok=True)
     last_error = ""
     for extra in (_NATIVE, []):
         key = hashlib.sha256("\0".join([src, version, " ".join(_FLAGS + extra), _machine_fingerprint()])

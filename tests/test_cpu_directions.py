@@ -126,3 +126,15 @@ def test_without_a_compiler_torch_generator_with_a_warning(monkeypatch, tmp_path
     assert list((tmp_path / "kernels").glob("cpu_directions-*.so"))  # built into the cache
     monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
     assert cpu.library() is None and not cpu.enabled("cpu")
+
+
+def test_an_unwritable_cache_builds_into_the_temporary_directory(monkeypatch, tmp_path):
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache directory should be")
+    monkeypatch.setattr(cpu, "_LIB", {})
+    monkeypatch.setenv("PACZERO_CACHE", str(blocked))
+    monkeypatch.setattr(cpu.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    assert cpu.library() is not None
+    assert list((tmp_path / "tmp").glob("paczero-kernels-*/cpu_directions-*.so"))
+    assert blocked.read_text().startswith("a file")  # nothing of the user's was touched
