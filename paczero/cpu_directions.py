@@ -86,6 +86,11 @@ _SOURCE = r"""
 #include <string.h>
 #include <math.h>
 
+/* (((a x + b) x + c) x + d) x + e, each operation rounded on its own */
+static inline float horner(float x, float a, float b, float c, float d, float e) {
+    return (((a * x + b) * x + c) * x + d) * x + e;
+}
+
 /* ln(k 2^-24) for 1 <= k <= 2^24 */
 static inline float ln24(uint32_t k) {
     float u = (float)k;
@@ -98,12 +103,7 @@ static inline float ln24(uint32_t k) {
     e = e + big - 24;
     float s = (m - 1.0f) / (m + 1.0f);
     float s2 = s * s;
-    float p = @L11@;
-    p = p * s2 + @L9@;
-    p = p * s2 + @L7@;
-    p = p * s2 + @L5@;
-    p = p * s2 + @L3@;
-    p = p * s2 + 1.0f;
+    float p = horner(s2, @L11@, @L9@, @L7@, @L5@, @L3@) * s2 + 1.0f;
     float lnm = (s + s) * p;
     float fe = (float)e;
     return (fe * @LN2_LO@ + lnm) + fe * @LN2_HI@;
@@ -116,17 +116,8 @@ static inline void turn(uint32_t k, float *cos_out, float *sin_out) {
     uint32_t rr = hi ? 0x400000u - rem : rem;
     float x = (float)rr * @QUARTER@;
     float x2 = x * x;
-    float p = @S11@;
-    p = p * x2 + @S9@;
-    p = p * x2 + @S7@;
-    p = p * x2 + @S5@;
-    p = p * x2 + @S3@;
-    float sn = x + (x * x2) * p;
-    float pc = @C12@;
-    pc = pc * x2 + @C10@;
-    pc = pc * x2 + @C8@;
-    pc = pc * x2 + @C6@;
-    pc = pc * x2 + @C4@;
+    float sn = x + (x * x2) * horner(x2, @S11@, @S9@, @S7@, @S5@, @S3@);
+    float pc = horner(x2, @C12@, @C10@, @C8@, @C6@, @C4@);
     float cs = (1.0f - x2 * 0.5f) + (x2 * x2) * pc;
     float c0 = hi ? sn : cs, s0 = hi ? cs : sn;
     *cos_out = q == 0 ? c0 : q == 1 ? -s0 : q == 2 ? -c0 : s0;
