@@ -250,7 +250,10 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         truncate_jsonl(log_path, lambda r: r["step"] < start)
         truncate_jsonl(eval_path, lambda r: r["step"] <= start)
         was = json.loads((run_dir / "run.json").read_text()).get("directions")
-        if was is not None and was != perturber.directions:
+        if was is None:  # written before run.json recorded it, when CPU directions came from torch's generator
+            log(f"warning: run.json does not record the original run's directions (runs that predate the record "
+                f"drew z on CPU from torch's generator); the resumed steps use {perturber.directions}")
+        elif was != perturber.directions:
             log(f"warning: the directions now come from {perturber.directions} ({was} in the original run): "
                 "the resumed steps follow other, equally public, directions")
     else:

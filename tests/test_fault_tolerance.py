@@ -210,6 +210,17 @@ def test_resume_with_another_generator_of_z_says_so(reference, tmp_path, capsys,
     assert json.loads((out / "run.json").read_text())["directions"] == saved  # the original run's record
 
 
+def test_resume_of_a_run_that_predates_the_record_of_its_directions_says_so(reference, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
+    meta = json.loads((out / "run.json").read_text())
+    del meta["directions"]
+    (out / "run.json").write_text(json.dumps(meta))
+    assert main(_flags(out) + ["--resume"]) == 0
+    assert "run.json does not record the original run's directions" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("change, word", [
     ({"mi_budget": 0.6}, "mi_budget"),
     ({"num_subsets": 4}, "num_subsets"),
