@@ -184,6 +184,27 @@ void paczero_chunks(const uint64_t *seeds, int64_t first, int64_t last, int64_t 
     }
 }
 
+/* theta <- fl(theta - fl(z * s)) over chunks first..last-1 (laid out as in paczero_chunks): the update's
+   two roundings, z computed a block at a time and never stored */
+void paczero_sub_chunks(const uint64_t *seeds, int64_t first, int64_t last, int64_t per_chunk, int64_t n,
+                        float *theta, float s) {
+    float tmp[1024];
+    for (int64_t c = first; c < last; c++) {
+        int64_t at = (c - first) * per_chunk, len = per_chunk;
+        if (at >= n) break;
+        if (len > n - at) len = n - at;
+        for (int64_t o = 0; o < len; o += 1024) {
+            int64_t m = len - o < 1024 ? len - o : 1024;
+            float *th = theta + at + o;
+            paczero_normals(seeds[c], o, m, tmp);
+            for (int64_t t = 0; t < m; t++) {
+                float zs = tmp[t] * s;
+                th[t] = th[t] - zs;
+            }
+        }
+    }
+}
+
 /* out[i, :] = z[rows[i], :] for a direction whose chunk c holds rows c*per_chunk.. of `row` values each */
 void paczero_rows(const uint64_t *seeds, const int64_t *rows, int64_t n_rows, int64_t per_chunk, int64_t row,
                   float *out) {
@@ -267,7 +288,8 @@ def _build() -> ctypes.CDLL:
         lib.paczero_normals.argtypes = [u64, i64, i64, ptr]
         lib.paczero_chunks.argtypes = [ptr, i64, i64, i64, i64, ptr]
         lib.paczero_rows.argtypes = [ptr, ptr, i64, i64, i64, ptr]
-        for f in (lib.paczero_normals, lib.paczero_chunks, lib.paczero_rows):
+        lib.paczero_sub_chunks.argtypes = [ptr, i64, i64, i64, i64, ptr, ctypes.c_float]
+        for f in (lib.paczero_normals, lib.paczero_chunks, lib.paczero_rows, lib.paczero_sub_chunks):
             f.restype = None
         return lib
     raise RuntimeError(f"the C compiler {cc} failed: {last_error}")
@@ -318,6 +340,18 @@ def chunks(seeds: np.ndarray, first: int, last: int, per_chunk_values: int, out:
         raise ValueError("chunk range outside the direction")
     library().paczero_chunks(seeds.ctypes.data, int(first), int(last), int(per_chunk_values), out.numel(),
                              out.data_ptr())
+
+
+def sub_chunks(seeds: np.ndarray, first: int, last: int, per_chunk_values: int, theta: torch.Tensor,
+               scale: float) -> None:
+    """theta <- fl(theta - fl(z * scale)) in place over chunks ``first..last-1`` (theta laid out as ``out`` of
+    :func:`chunks`; ``scale`` rounded to float32 first, as torch's scalar multiplication does)."""
+    _check(theta)
+    seeds = np.ascontiguousarray(seeds, dtype=np.uint64)
+    if last > len(seeds) or first < 0:
+        raise ValueError("chunk range outside the direction")
+    library().paczero_sub_chunks(seeds.ctypes.data, int(first), int(last), int(per_chunk_values), theta.numel(),
+                                 theta.data_ptr(), float(scale))
 
 
 def rows(seeds: np.ndarray, per_chunk: int, row: int, row_index: torch.Tensor, out: torch.Tensor) -> None:

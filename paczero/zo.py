@@ -35,7 +35,10 @@ Evaluation paths, one arithmetic (bit-identical results, tested):
 * cached (LoRA, tiny models: at most ``cache_limit`` trainable values): z is
   cached for the step and reused by the update; the perturbed tensors are
   swapped in once per ± block, except a trained embedding's (full fine-tuning),
-  whose forwards perturb only the looked-up rows from the cached z;
+  whose forwards perturb only the looked-up rows. With the compiled CPU kernel
+  that embedding's z is not stored at all: the kernel computes, once per step,
+  the rows the run has looked up (a small table), and the update regenerates z
+  as it subtracts it (tiny-opt: 12.6 MB of z no longer held);
 * uncached (full fine-tuning): while a block is open, the forward of every
   module that owns trainable parameters is rerouted: it evaluates the module
   with the perturbed tensor, never writing to the parameter. Linear layers
@@ -134,6 +137,8 @@ _KEEP_PAIR_VALUES = 1 << 16
 _UPDATE_BLOCK = 1 << 16
 #: values of z drawn at a time (at least one chunk) when only some rows are needed
 _ROWS_GROUP_VALUES = 1 << 20
+#: cached: a step's draw of fewer values than this runs on the calling thread alone
+_INLINE_DRAW_VALUES = 1 << 18
 
 class LockstepGroupingError(ValueError):
     """The model calls a Linear of a grouped lock-step owner outside that owner (it would see theta, not
@@ -298,6 +303,11 @@ class Perturber:
         #: cached: trained embedding weights perturbed by looked-up rows (see :meth:`perturbed`), and their owners
         self._rows_params, self._rows_modules = self._rows_route() if self.cache else (set(), [])
         self._memo: dict | None = None  # cached, inside such a block: perturbed tensors formed once per block
+        #: cached, such an embedding whose z the compiled CPU kernel computes: its z is never stored; each step
+        #: computes the rows its forwards look up (:meth:`_row_table`) and the update regenerates the rest
+        self._regen = {i for i, p in enumerate(self.params) if id(p) in self._rows_params and self._kernel[i]}
+        #: i -> the table of z's looked-up rows of embedding i (see :meth:`_row_table`)
+        self._tables: dict[int, dict] = {}
         if int(lockstep) < 0:
             raise ValueError("lockstep must be >= 0")
         #: micro-batches per lock-step wave of two_point_scalars (uncached; cached: every micro-batch)
@@ -440,7 +450,8 @@ class Perturber:
             if self._z_cache and next(iter(self._z_cache))[0] != step:
                 self._z_cache.clear()  # a new step: the previous step's directions are done
         p = self.params[i]
-        if self.cache and not self._fused[i]:  # every CPU-drawn tensor of (step, k) at once (see _draw_all)
+        keep = self.cache and i not in self._regen
+        if keep and not self._fused[i]:  # every CPU-drawn tensor of (step, k) at once (see _draw_all)
             self._draw_all(step, k)
             return self._z_cache[key]
         z = torch.empty(p.shape, device=p.device, dtype=torch.float32)
@@ -450,7 +461,7 @@ class Perturber:
             self._fill_range(key, z, 0, self._layouts[i].n_chunks)
         else:
             _POOL.run(partial(self._fill_range, key, z), self._layouts[i].n_chunks, p.device)
-        if self.cache:
+        if keep:
             self._z_cache[key] = z
         return z
 
@@ -464,7 +475,7 @@ class Perturber:
         by_device: dict[torch.device, list[tuple[tuple[int, int, int], torch.Tensor, int]]] = {}
         for i, p in enumerate(self.params):
             key = (step, k, i)
-            if self._fused[i] or key in self._z_cache:
+            if self._fused[i] or key in self._z_cache or i in self._regen:
                 continue
             z = self._z_store.get((k, i))  # last step's storage, refilled: no fresh pages to fault in
             if z is None:  # a normal tensor even in inference mode: refilled in and out of it (the update)
@@ -475,6 +486,7 @@ class Perturber:
             flat = z.view(-1, self._layouts[i].row) if z.dim() else z.view(1, 1)
             by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(self._layouts[i].n_chunks))
         for device, tasks in by_device.items():
+            small = sum(t[1].numel() for t in tasks) < _INLINE_DRAW_VALUES  # ``flat`` per chunk: an overcount
             def work(lo: int, hi: int, tasks=tasks) -> None:
                 j = lo
                 while j < hi:  # consecutive chunks of one tensor in one call
@@ -486,7 +498,10 @@ class Perturber:
                     self._fill(key, flat[lay.chunk_rows(c)[0]:lay.chunk_rows(tasks[e - 1][2])[1]], c,
                                tasks[e - 1][2] + 1)
                     j = e
-            _POOL.run(work, len(tasks), device)
+            if small:  # handing a few small tensors to the threads costs more than drawing them here
+                work(0, len(tasks))
+            else:
+                _POOL.run(work, len(tasks), device)
 
     def _fill_range(self, key: tuple[int, int, int], out: torch.Tensor, first: int, last: int) -> None:
         """Chunks ``first..last-1`` of z written at their own rows of the whole-parameter tensor ``out``."""
@@ -509,7 +524,7 @@ class Perturber:
         lay = self._layouts[i]
         device = self.params[i].device
         rows = rows.to(device=device, dtype=torch.int64).reshape(-1)
-        if self.cache:  # the step's z is drawn whole anyway (the update reuses it)
+        if self.cache and i not in self._regen:  # the step's z is drawn whole anyway (the update reuses it)
             return torch.index_select(self.direction(step, k, i).view(lay.rows, -1), 0, rows).view(
                 -1, *lay.shape[1:])
         if self._fused[i]:  # each row computed where it lies: no chunk is drawn, nothing waits for the device
@@ -572,6 +587,7 @@ class Perturber:
         weights are changed in place other than by :meth:`apply_update` within a step."""
         self._z_cache.clear()
         self._z_store.clear()
+        self._tables.clear()
         self._drop_kept()
 
     def _drop_kept(self) -> None:
@@ -971,9 +987,17 @@ class Perturber:
         gathers its tokens' rows of z and of theta. Uncached (a big embedding): only the chunks of z that
         hold the calls' distinct rows are drawn, once for all calls."""
         w = module.weight
+        i = self._index[id(w)]
+        if i in self._regen:  # z's rows from the step's table of looked-up rows (:meth:`_row_table`)
+            for j, (s, ids) in enumerate(calls):
+                calls[j] = None
+                out = _perturb(self._row_table(step, k, i, ids), s, F.embedding(ids, w.data))
+                yield j, out
+                del out
+            return
         if self.cache:  # z is whole for the step: each call gathers its tokens' rows of z and of theta,
             # with no sort for distinct rows (3x faster on tiny-opt's micro-batches); the same roundings
-            z = self.direction(step, k, self._index[id(w)])
+            z = self.direction(step, k, i)
             for j, (s, ids) in enumerate(calls):
                 calls[j] = None
                 out = _perturb(F.embedding(ids, z), s, F.embedding(ids, w.data))
@@ -997,6 +1021,52 @@ class Perturber:
                 out = torch.index_select(value, 0, inverse[offsets[j]:offsets[j + 1]]).view(*shapes[j], w.shape[1])
                 yield j, out
                 del out
+
+    def _row_table(self, step: int, k: int, i: int, ids: torch.Tensor) -> torch.Tensor:
+        """Cached, z of embedding i not stored (``_regen``): ``z[ids]`` (fp32, ``ids.shape + (row,)``).
+
+        The table holds z's rows for every row looked up so far in the run (a universe's distinct tokens:
+        789 rows of tiny-opt's 49,152 for the demo set at N = 1000). At the first lookup of a new (step, k)
+        the kernel computes all of them at once, where they lie; a row first seen later is added then.
+        ``pos`` (row -> place in the table) therefore changes only when a row is added, and a lookup is one
+        gather and one check. Storage is kept from step to step.
+        """
+        lay = self._layouts[i]
+        if ids.numel() == 0:
+            return torch.empty((*ids.shape, lay.row), device=ids.device)
+        t = self._tables.get(i)
+        if t is None:
+            with torch.inference_mode(False):
+                pos = torch.full((lay.rows,), -1, dtype=torch.int64, device=self.params[i].device)
+                t = self._tables[i] = {"key": None, "pos": pos, "rows": pos.new_empty(0),
+                                       "values": torch.empty((0, lay.row), device=pos.device), "count": 0}
+        seeds = self._chunk_seeds((step, k, i))
+        count = t["count"]
+        if t["key"] != (step, k):  # a new direction: the table's rows, recomputed
+            t["key"] = (step, k)
+            if count:
+                _cpu.rows(seeds, lay.per_chunk, lay.row, t["rows"][:count], t["values"][:count])
+        pos = t["pos"]
+        at = pos[ids]
+        if count:
+            try:  # a row not in the table has position -1: the gather refuses it (no check per lookup)
+                return F.embedding(at, t["values"][:count])
+            except IndexError:
+                pass
+        new = torch.unique(ids[at < 0])  # rows not in the table yet: computed and added
+        if new.numel():
+            need = count + new.numel()
+            if t["values"].shape[0] < need:  # grow by doubling, the rows already there kept
+                cap = max(need, 2 * t["values"].shape[0], 256)
+                with torch.inference_mode(False):
+                    values, rows = torch.empty((cap, lay.row), device=pos.device), pos.new_empty(cap)
+                values[:count], rows[:count] = t["values"][:count], t["rows"][:count]
+                t["values"], t["rows"] = values, rows
+            t["rows"][count:need] = new
+            _cpu.rows(seeds, lay.per_chunk, lay.row, new, t["values"][count:need])
+            pos[new] = torch.arange(count, need, device=pos.device)
+            t["count"] = count = need
+        return F.embedding(pos[ids], t["values"][:count])
 
     def _linear_big(self, module, step, k, calls):
         """A Linear too big to perturb whole (a tied LM head): blocks of output rows, z drawn once per block
@@ -1048,7 +1118,7 @@ class Perturber:
         if all(s == 0.0 for s in scales) and decay == 0.0:
             return  # lr = 0 or all coefficients 0: the weights stay bit-identical
         for i, p in enumerate(self.params):
-            if self.cache:
+            if self.cache and i not in self._regen:
                 fp32 = p.dtype == torch.float32
                 acc = p.data if fp32 else p.data.to(torch.float32)  # fp32: updated in place
                 if decay:
@@ -1091,6 +1161,16 @@ class Perturber:
         fp32 = p.dtype == torch.float32
         seeds = [self._chunk_seeds((step, k, i)) if s else None for k, s in enumerate(scales)]
         kernel = self._kernel[i]
+        if kernel and fp32 and p.data.is_contiguous():  # z made and subtracted in the kernel, never stored
+            if decay:
+                p.data.mul_(1.0 - decay)
+            values, theta = lay.per_chunk * lay.row, p.data.view(-1)
+            for s, sd in zip(scales, seeds):
+                if s:
+                    _POOL.run(lambda lo, hi, sd=sd, s=s: _cpu.sub_chunks(
+                        sd, lo, hi, values, theta[lo * values:min(hi * values, theta.numel())], s),
+                        lay.n_chunks, device)
+            return
 
         def work(lo: int, hi: int) -> None:
             gen = _POOL.generator(device)

@@ -87,6 +87,41 @@ def test_update_moves_along_z_and_k_directions_average():
         torch.testing.assert_close(p.detach(), expected)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_update_is_the_same_arithmetic_on_every_path(dtype):
+    """theta <- fl(fl(theta (1 - lr wd)) - sum_k fl(z_k s_k)), recomputed here with torch operators from
+    direction(), equals apply_update bit for bit: cached (z stored, or an embedding's regenerated in the
+    kernel), uncached (chunk by chunk, fp32 in the kernel), and with torch's generator."""
+    lm = load_model("tiny-opt", track="ft", dtype=dtype)
+    params = trainable_parameters(lm.model, "ft")
+    start = [p.detach().clone() for _, p in params]
+    coefs, lr, wd = [0.7, -1.3], 0.05, 0.01
+    scales = [lr * c / len(coefs) for c in coefs]
+    for env in ("", "1"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PACZERO_TORCH_DIRECTIONS", env)
+            for cache_limit in (None, 0):
+                for (_, p), s0 in zip(params, start):
+                    p.data.copy_(s0)
+                pert = Perturber(lm.model, params, public_seed=8, cache_limit=cache_limit)
+                assert any(pert._kernel) == (env == "")
+                want = []
+                for i, s0 in enumerate(start):
+                    acc = s0.float() * (1.0 - lr * wd)
+                    for k, s in enumerate(scales):
+                        acc = acc - pert.direction(6, k, i) * s
+                    want.append(acc.to(s0.dtype))
+                pert.apply_update(6, coefs, lr, weight_decay=wd)
+                for (name, p), w in zip(params, want):
+                    assert torch.equal(p.data, w), (env, cache_limit, name)
+                assert not all(torch.equal(p.data, s0) for (_, p), s0 in zip(params, start))
+    # negative control: a coefficient moved by one part in a million fails the comparison
+    for (_, p), s0 in zip(params, start):
+        p.data.copy_(s0)
+    pert.apply_update(6, [0.7 * (1 + 1e-6), -1.3], lr, weight_decay=wd)
+    assert not all(torch.equal(p.data, w) for (_, p), w in zip(params, want))
+
+
 def test_directions_are_public_and_deterministic():
     assert direction_seed(1, 2, 0, 3) == direction_seed(1, 2, 0, 3)
     assert len({direction_seed(1, s, k, i) for s in range(4) for k in range(2) for i in range(3)}) == 24
@@ -142,7 +177,9 @@ def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path(source, monkeypatc
         expected = expected.view(lay.shape)
         assert torch.equal(cached.direction(3, 1, i), expected), params[i][0]
         assert torch.equal(uncached.direction(3, 1, i), expected), params[i][0]
-    assert len(cached._z_cache) == len(params)  # the first request drew every tensor of (step, k)
+    # the first request drew every tensor of (step, k) but the embedding, whose z the kernel never stores
+    assert cached._regen == ({0} if source == "kernel" else set())
+    assert len(cached._z_cache) == len(params) - len(cached._regen)
     wrong = zo.chunk_seeds(direction_seed(21, 3, 1, i) + 1, lay.n_chunks)  # negative control: another seed
     a, b = lay.chunk_rows(0)
     assert not torch.equal(chunk(int(wrong[0]), (b - a) * lay.row).view(b - a, lay.row),
