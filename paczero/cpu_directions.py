@@ -279,8 +279,8 @@ def _build() -> ctypes.CDLL:
                 done = subprocess.run([cc, *_FLAGS, *extra, str(c_file), "-o", str(so_file)],
                                       capture_output=True, text=True, timeout=300)
                 if done.returncode != 0:
-                    last_error = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["failed"]
-                    last_error = last_error[0]
+                    lines = (done.stderr or done.stdout).strip().splitlines()
+                    last_error = lines[-1] if lines else f"exit code {done.returncode}"
                     continue
                 os.replace(so_file, target)  # atomic: concurrent processes each build, one file wins
         lib = ctypes.CDLL(str(target))

@@ -121,6 +121,10 @@ def test_without_a_compiler_torch_generator_with_a_warning(monkeypatch, tmp_path
         assert cpu.library() is None
     assert not cpu.enabled("cpu")
     monkeypatch.setattr(cpu, "_LIB", {})
+    monkeypatch.setenv("CC", "false")  # a compiler that runs and fails
+    with pytest.warns(RuntimeWarning, match="failed: exit code 1"):
+        assert cpu.library() is None
+    monkeypatch.setattr(cpu, "_LIB", {})
     monkeypatch.delenv("CC")
     assert cpu.library() is not None and cpu.enabled("cpu")
     assert list((tmp_path / "kernels").glob("cpu_directions-*.so"))  # built into the cache
