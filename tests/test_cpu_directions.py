@@ -142,3 +142,30 @@ def test_an_unwritable_cache_builds_into_the_temporary_directory(monkeypatch, tm
     assert cpu.library() is not None
     assert list((tmp_path / "tmp").glob("paczero-kernels-*/cpu_directions-*.so"))
     assert blocked.read_text().startswith("a file")  # nothing of the user's was touched
+
+
+def test_the_same_bits_whatever_the_vector_width_and_optimisation(lib, monkeypatch, tmp_path):
+    """The definition uses only correctly rounded operations and no contraction: the kernel built for this
+    CPU's widest vectors (-march=native -O3), for the baseline ISA (-O3, SSE2 on x86-64) and without
+    optimisation (-O0, scalar code) gives the same bits."""
+    import ctypes
+
+    monkeypatch.setenv("PACZERO_CACHE", str(tmp_path))
+    n, seed = 50_000, 0xFEEDFACE12345
+    want = _kernel(seed, 3, n)
+    base = list(cpu._FLAGS)
+    for native, flags in (([], base), ([], [f if f != "-O3" else "-O0" for f in base])):
+        monkeypatch.setattr(cpu, "_NATIVE", native)
+        monkeypatch.setattr(cpu, "_FLAGS", flags)
+        other = cpu._build()
+        assert other._name != lib._name  # another build
+        out = torch.empty(n)
+        other.paczero_normals(ctypes.c_uint64(seed), 3, n, out.data_ptr())
+        assert np.array_equal(_bits(out.numpy()), _bits(want)), flags
+    if " fma" in cpu._machine_fingerprint():  # negative control: contraction into fused multiply-adds
+        monkeypatch.setattr(cpu, "_NATIVE", ["-march=native"])
+        monkeypatch.setattr(cpu, "_FLAGS", [f if f != "-ffp-contract=off" else "-ffp-contract=fast" for f in base])
+        fused = cpu._build()
+        out = torch.empty(n)
+        fused.paczero_normals(ctypes.c_uint64(seed), 3, n, out.data_ptr())
+        assert not np.array_equal(_bits(out.numpy()), _bits(want))
