@@ -1028,8 +1028,9 @@ class Perturber:
         The table holds z's rows for every row looked up so far in the run (a universe's distinct tokens:
         789 rows of tiny-opt's 49,152 for the demo set at N = 1000). At the first lookup of a new (step, k)
         the kernel computes all of them at once, where they lie; a row first seen later is added then.
-        ``pos`` (row -> place in the table) therefore changes only when a row is added, and a lookup is one
-        gather and one check. Storage is kept from step to step.
+        ``pos`` (row -> place in the table) therefore changes only when a row is added, and a lookup is two
+        gathers (places, then values) with no check: a missing row's place is -1, which the second gather
+        refuses. Storage is kept from step to step.
         """
         lay = self._layouts[i]
         if ids.numel() == 0:
