@@ -42,6 +42,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -245,9 +246,14 @@ def _machine_fingerprint() -> str:
     return "\n".join(parts)
 
 
-def _compiler() -> str | None:
-    cc = os.environ.get("CC") or "cc"
-    return shutil.which(cc) or (cc if os.path.isfile(cc) and os.access(cc, os.X_OK) else None)
+def _compiler() -> list[str] | None:
+    """``$CC`` (which may carry flags, as build systems set it) or ``cc``, as a command; None if not found."""
+    words = shlex.split(os.environ.get("CC") or "cc")
+    if not words:
+        return None
+    found = shutil.which(words[0]) or (words[0] if os.path.isfile(words[0]) and os.access(words[0], os.X_OK)
+                                       else None)
+    return None if found is None else [found, *words[1:]]
 
 
 def _build() -> ctypes.CDLL:
@@ -257,7 +263,7 @@ def _build() -> ctypes.CDLL:
     cc = _compiler()
     if cc is None:
         raise RuntimeError(f"no C compiler found ({os.environ.get('CC') or 'cc'})")
-    version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60).stdout
+    version = subprocess.run([*cc, "--version"], capture_output=True, text=True, timeout=60).stdout
     src = source_code()
     out_dir = cache_dir() / "kernels"
     try:
@@ -269,14 +275,14 @@ def _build() -> ctypes.CDLL:
         out_dir.mkdir(parents=True, exist_ok=True)
     last_error = ""
     for extra in (_NATIVE, []):
-        key = hashlib.sha256("\0".join([src, version, " ".join(_FLAGS + extra), _machine_fingerprint()])
+        key = hashlib.sha256("\0".join([src, version, " ".join(cc + _FLAGS + extra), _machine_fingerprint()])
                              .encode()).hexdigest()[:20]
         target = out_dir / f"cpu_directions-{key}.so"
         if not target.exists():
             with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
                 c_file, so_file = Path(tmp) / "kernel.c", Path(tmp) / "kernel.so"
                 c_file.write_text(src)
-                done = subprocess.run([cc, *_FLAGS, *extra, str(c_file), "-o", str(so_file)],
+                done = subprocess.run([*cc, *_FLAGS, *extra, str(c_file), "-o", str(so_file)],
                                       capture_output=True, text=True, timeout=300)
                 if done.returncode != 0:
                     lines = (done.stderr or done.stdout).strip().splitlines()
@@ -292,7 +298,7 @@ def _build() -> ctypes.CDLL:
         for f in (lib.paczero_normals, lib.paczero_chunks, lib.paczero_rows, lib.paczero_sub_chunks):
             f.restype = None
         return lib
-    raise RuntimeError(f"the C compiler {cc} failed: {last_error}")
+    raise RuntimeError(f"the C compiler {' '.join(cc)} failed: {last_error}")
 
 
 def library() -> ctypes.CDLL | None:

@@ -125,6 +125,9 @@ def test_without_a_compiler_torch_generator_with_a_warning(monkeypatch, tmp_path
     with pytest.warns(RuntimeWarning, match="failed: exit code 1"):
         assert cpu.library() is None
     monkeypatch.setattr(cpu, "_LIB", {})
+    monkeypatch.setenv("CC", "cc -O1")  # a compiler with flags, as build systems set $CC
+    assert cpu.library() is not None
+    monkeypatch.setattr(cpu, "_LIB", {})
     monkeypatch.delenv("CC")
     assert cpu.library() is not None and cpu.enabled("cpu")
     assert list((tmp_path / "kernels").glob("cpu_directions-*.so"))  # built into the cache
