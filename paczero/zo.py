@@ -38,7 +38,9 @@ Evaluation paths, one arithmetic (bit-identical results, tested):
   whose forwards perturb only the looked-up rows. With the compiled CPU kernel
   that embedding's z is not stored at all: the kernel computes, once per step,
   the rows the run has looked up (a small table), and the update regenerates z
-  as it subtracts it (tiny-opt: 12.6 MB of z no longer held);
+  as it subtracts it (tiny-opt: 12.6 MB of z no longer held). A tied LM head
+  evaluated whole (the SQuAD loss projects positions through it) then draws that
+  z once per ± block, for its block's perturbed copy: two draws more per step;
 * uncached (full fine-tuning): while a block is open, the forward of every
   module that owns trainable parameters is rerouted: it evaluates the module
   with the perturbed tensor, never writing to the parameter. Linear layers
