@@ -49,6 +49,8 @@ _GROUPS = 256
 _TWO_PI = 6.283185307179586
 
 MODE_Z, MODE_PERTURB, MODE_PAIR, MODE_UPDATE = 0, 1, 2, 3
+#: how :attr:`paczero.zo.Perturber.directions` names this module's kernels (with the device type)
+KERNEL_SOURCE = "philox4x32-10 box-muller, Triton"
 
 
 def enabled(device) -> bool:

@@ -274,7 +274,7 @@ class Perturber:
                         for p, f in zip(self.params, self._fused)]
         #: which generator defines z here (recorded with a run; data-parallel ranks must agree)
         self.directions = "; ".join(sorted({
-            _cpu.KERNEL_SOURCE if kern else f"philox4x32-10 box-muller, Triton ({p.device.type})" if fused
+            _cpu.KERNEL_SOURCE if kern else f"{_cd.KERNEL_SOURCE} ({p.device.type})" if fused
             else f"torch generator per chunk ({p.device.type})"
             for p, fused, kern in zip(self.params, self._fused, self._kernel)}))
         self._seeds_dev: dict[tuple[int, int, int], torch.Tensor] = {}  # chunk seeds on the parameter's device
@@ -468,13 +468,14 @@ class Perturber:
         return z
 
     def _draw_all(self, step: int, k: int) -> None:
-        """Cached: z of every trained tensor of (step, k) drawn by torch's generator, in one partition of
-        all their chunks between the worker threads, per device (the step needs them all: the update reads
-        every z; drawn at the first block's entry). The same values as one tensor at a time: every chunk
-        is seeded on its own. Each z is written into the storage of the previous step's: a fresh tensor's
+        """Cached: z of every stored trained tensor of (step, k) (all but ``_regen``'s) drawn in one
+        partition of all their chunks between the worker threads, per device (the step needs them all: the
+        update reads every z; drawn at the first block's entry), or on the calling thread when they are
+        few values. The same values as one tensor at a time: every chunk is seeded on its own. Each z is written into the storage of the previous step's: a fresh tensor's
         pages are faulted in as they are first written, which on this project's CPU machine made the
         draw 18 ms instead of 9 (tiny-opt; docs/performance.md, eleventh session)."""
         by_device: dict[torch.device, list[tuple[tuple[int, int, int], torch.Tensor, int]]] = {}
+        values: dict[torch.device, int] = {}
         for i, p in enumerate(self.params):
             key = (step, k, i)
             if self._fused[i] or key in self._z_cache or i in self._regen:
@@ -487,8 +488,8 @@ class Perturber:
             self._chunk_seeds(key)
             flat = z.view(-1, self._layouts[i].row) if z.dim() else z.view(1, 1)
             by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(self._layouts[i].n_chunks))
+            values[p.device] = values.get(p.device, 0) + z.numel()
         for device, tasks in by_device.items():
-            small = sum(t[1].numel() for t in tasks) < _INLINE_DRAW_VALUES  # ``flat`` per chunk: an overcount
             def work(lo: int, hi: int, tasks=tasks) -> None:
                 j = lo
                 while j < hi:  # consecutive chunks of one tensor in one call
@@ -500,7 +501,7 @@ class Perturber:
                     self._fill(key, flat[lay.chunk_rows(c)[0]:lay.chunk_rows(tasks[e - 1][2])[1]], c,
                                tasks[e - 1][2] + 1)
                     j = e
-            if small:  # handing a few small tensors to the threads costs more than drawing them here
+            if values[device] < _INLINE_DRAW_VALUES:  # handing a few small tensors to the threads costs more
                 work(0, len(tasks))
             else:
                 _POOL.run(work, len(tasks), device)
@@ -990,19 +991,15 @@ class Perturber:
         hold the calls' distinct rows are drawn, once for all calls."""
         w = module.weight
         i = self._index[id(w)]
-        if i in self._regen:  # z's rows from the step's table of looked-up rows (:meth:`_row_table`)
+        if self.cache:  # each call gathers its tokens' rows of z and of theta, with no sort for distinct rows
+            # (3x faster on tiny-opt's micro-batches); the same roundings. z is whole for the step, or (not
+            # stored, ``_regen``) its looked-up rows come from the step's table (:meth:`_row_table`)
+            z = None if i in self._regen else self.direction(step, k, i)
             for j, (s, ids) in enumerate(calls):
                 calls[j] = None
-                out = _perturb(self._row_table(step, k, i, ids), s, F.embedding(ids, w.data))
-                yield j, out
-                del out
-            return
-        if self.cache:  # z is whole for the step: each call gathers its tokens' rows of z and of theta,
-            # with no sort for distinct rows (3x faster on tiny-opt's micro-batches); the same roundings
-            z = self.direction(step, k, i)
-            for j, (s, ids) in enumerate(calls):
-                calls[j] = None
-                out = _perturb(F.embedding(ids, z), s, F.embedding(ids, w.data))
+                rows = self._row_table(step, k, i, ids) if z is None else F.embedding(ids, z)
+                out = _perturb(rows, s, F.embedding(ids, w.data))
+                del rows
                 yield j, out
                 del out
             return
