@@ -184,7 +184,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_train(ns) -> int:
-    cfg = config_from_args(ns)
+    try:
+        cfg = config_from_args(ns)
+    except ValueError as e:  # under torchrun the other ranks (on other nodes too) stop with this one
+        from paczero.distributed import stop_ranks
+
+        stop_ranks(e, getattr(ns, "device", None))
     if ns.print_config:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0
@@ -280,6 +285,15 @@ def _cmd_bench(ns) -> int:
     return run(ns)
 
 
+def bad_input(e: Exception) -> int:
+    """Print the one error line of bad input and return its exit code, 2 (a data-parallel rank other
+    than its node's first stays silent: that one prints the line for the node)."""
+    if not getattr(e, "quiet", False):
+        msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
+        print(f"paczero: error: {msg}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
@@ -288,9 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                    "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit, "bench": _cmd_bench}
         return handler[ns.command](ns)
     except (UsageError, ValueError) as e:  # ConfigError, CheckpointError and bad values are ValueErrors
-        msg = str(e).splitlines()[0] if str(e) else e.__class__.__name__
-        print(f"paczero: error: {msg}", file=sys.stderr)
-        return 2
+        return bad_input(e)
     except KeyboardInterrupt:
         print("paczero: interrupted", file=sys.stderr)
         return 130

@@ -15,7 +15,17 @@ from the public seed. At each step
 
 The other ranks never build a mechanism: no secret index, no private
 generator, no posterior exists outside rank 0 (:func:`follow` is their whole
-loop). Only rank 0 writes logs, checkpoints and the summary. A run is
+loop). Only rank 0 writes logs, checkpoints and the summary.
+
+Before any work the ranks meet (:meth:`DataParallel.agree`): they compare the
+settings that shape their computation (every command-line key but the output
+folder's, the private seed and the data's path, plus the versions of paczero, torch,
+transformers and peft), then their data (the examples and their tokens), then
+the generator of z. A rank that found bad input, or ranks that differ, stop
+every rank together with one error line per node (exit code 2), instead of
+leaving the others waiting in a collective or, worse, training on other
+scalars. This matters most across nodes, where each node is launched by its
+own command line. A run is
 bit-identical to a single-process run with the same seeds when every rank
 computes with the same kernels as the single process (same device type and
 intra-op thread count: ``torchrun`` sets ``OMP_NUM_THREADS=1`` per rank on
@@ -23,12 +33,15 @@ CPU), because each micro-batch is the very tensor the single process would
 score and the scalars are moved, never summed.
 
 Launch: ``torchrun --nproc-per-node 2 -m paczero.cli train ...`` (gloo on CPU,
-nccl on CUDA, one GPU per rank from ``LOCAL_RANK``). A single process is
-:class:`Single`, whose methods pass through.
+nccl on CUDA, one GPU per rank from ``LOCAL_RANK``); across nodes, the same
+command on each node with ``--nnodes``, ``--node-rank`` and the address of
+node 0 (docs/distributed.md). A single process is :class:`Single`, whose
+methods pass through.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from collections.abc import Callable, Sequence
 
@@ -36,8 +49,58 @@ import numpy as np
 import torch
 import torch.distributed as tdist
 
+from paczero.config import ConfigError
+
 #: how long a rank waits in a collective (rank 0 evaluates and checkpoints while the others wait)
 TIMEOUT = datetime.timedelta(hours=2)
+
+
+#: config keys in which ranks may differ: rank 0's alone (its run folder, its secret), and the data's path
+#: (a node may hold its copy elsewhere: the examples and their tokens are compared instead)
+UNCOMPARED_KEYS = ("out_dir", "overwrite", "resume", "progress", "private_seed", "data")
+
+
+class RankStopped(ConfigError):
+    """Every rank stops: a rank found bad input, or the ranks differ (see :meth:`DataParallel.agree`).
+
+    ``quiet`` is set on every process but the first of its node (``LOCAL_RANK`` 0), so that each
+    node's log holds the error line once."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.quiet = int(os.environ.get("LOCAL_RANK", "0")) != 0
+
+
+def shared_settings(cfg) -> dict:
+    """What every rank must hold alike to compute the same scalars: the config but :data:`UNCOMPARED_KEYS`
+    (the private seed never leaves rank 0), and the versions of the libraries that compute them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def _version(name: str) -> str | None:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    settings = {k: v for k, v in cfg.to_dict().items() if k not in UNCOMPARED_KEYS}
+    settings.update({f"{name} version": _version(name) for name in ("paczero", "torch", "transformers", "peft")})
+    return json.loads(json.dumps(settings, default=str))
+
+
+def _differences(what: str, values: Sequence) -> str:
+    """One line naming what differs between the ranks' ``values`` (each rank's value against rank 0's)."""
+    def show(v) -> str:
+        text = json.dumps(v, default=str)
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    ranks = range(len(values))
+    if all(isinstance(v, dict) for v in values):
+        keys = sorted({k for v in values for k in v if any(w.get(k) != values[0].get(k) for w in values)})
+        parts = [f"{k} (" + "; ".join(f"rank {r}: {show(values[r].get(k))}" for r in ranks
+                                      if r == 0 or values[r].get(k) != values[0].get(k)) + ")" for k in keys]
+        return f"data-parallel ranks disagree on {what}: " + ", ".join(parts)
+    return f"data-parallel ranks disagree on {what}: " + "; ".join(
+        f"rank {r}: {show(values[r])}" for r in ranks if r == 0 or values[r] != values[0])
 
 
 def init_from_env(device: str = "auto") -> "Single | DataParallel":
@@ -55,6 +118,16 @@ def init_from_env(device: str = "auto") -> "Single | DataParallel":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
     tdist.init_process_group("nccl" if cuda else "gloo", timeout=TIMEOUT)
     return DataParallel()
+
+
+def stop_ranks(problem: Exception, device: str | None = None) -> None:
+    """Raise ``problem``, bad input a rank found before training; under ``torchrun`` hand it to the
+    other ranks first (they meet in :meth:`DataParallel.agree` and stop too). Without this the
+    others would wait for the missing rank in ``init_process_group`` until :data:`TIMEOUT`:
+    ``torchrun`` stops the failed rank's own node, not the other nodes."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not (tdist.is_available() and tdist.is_initialized()):
+        init_from_env(device or "auto").agree("settings", None, problem)
+    raise problem
 
 
 def shard_plan(batches: Sequence, world: int) -> list[list[int]]:
@@ -109,8 +182,10 @@ class Single:
 
     rank, world, is_main = 0, 1, True
 
-    def agree(self, what: str, value: str) -> None:
-        pass
+    def agree(self, what: str, value, problem: Exception | None = None) -> None:
+        """One process: raise ``problem``, if any."""
+        if problem is not None:
+            raise problem
 
     def sync_weights(self, params) -> None:
         pass
@@ -145,14 +220,24 @@ class DataParallel(Single):
                                     else None)
         return box[0]
 
-    def agree(self, what: str, value: str) -> None:
-        """Raise on every rank unless all ranks hold the same ``value`` (e.g. the generator of z: a rank
-        whose C compiler failed would follow other directions than the rest)."""
-        values = [None] * self.world
-        tdist.all_gather_object(values, value)
-        if len(set(values)) > 1:
-            raise RuntimeError(f"data-parallel ranks disagree on {what}: " +
-                               "; ".join(f"rank {r}: {v}" for r, v in enumerate(values)))
+    def agree(self, what: str, value, problem: Exception | None = None) -> None:
+        """All ranks meet: each brings its ``value`` of ``what`` (a JSON-able value) and the bad input
+        it found, if any. Raises :class:`RankStopped` on every rank when a rank brings a problem (the
+        lowest such rank's, named) or when the values differ (naming what differs, e.g. the generator
+        of z: a rank whose C compiler failed would follow other directions than the rest)."""
+        brought = [None] * self.world
+        mine = None if problem is None else (str(problem).splitlines() or [problem.__class__.__name__])[0]
+        tdist.all_gather_object(brought, (value, mine))
+        found = [(r, text) for r, (_, text) in enumerate(brought) if text is not None]
+        values = [v for v, _ in brought]
+        if found or any(v != values[0] for v in values):
+            # every rank raises the same (the first problem, else the differences: one line per node, see
+            # RankStopped), after leaving the group: a rank still in it when a peer exits may abort
+            tdist.destroy_process_group()
+            if found:
+                r, text = found[0]
+                raise RankStopped(text if r == self.rank else f"rank {r} stopped: {text}") from problem
+            raise RankStopped(_differences(what, values))
 
     def sync_weights(self, params) -> None:
         """Every rank starts from rank 0's trainable weights (fresh or resumed), bit for bit."""
@@ -200,10 +285,10 @@ class DataParallel(Single):
 def follow(cfg, dp: DataParallel) -> dict:
     """The loop of a rank other than 0: score its share, receive the release, update. Holds no secret."""
     from paczero.models import trainable_parameters
-    from paczero.train import build, step_batches
+    from paczero.train import build_together, step_batches
     from paczero.zo import Perturber
 
-    setup = build(cfg)
+    setup, _ = build_together(cfg, dp)
     model, task, device = setup.model, setup.task, setup.device
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)

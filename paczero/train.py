@@ -146,6 +146,36 @@ def data_fingerprint(setup: Setup) -> str:
     return h.hexdigest()
 
 
+def tokens_fingerprint(setup: Setup) -> str:
+    """sha256 of the tokenised universe: ranks whose tokenizers differ would score other sequences."""
+    import dataclasses
+    import hashlib
+
+    h = hashlib.sha256()
+    for enc in setup.universe:
+        for field in dataclasses.fields(enc):
+            value = getattr(enc, field.name)
+            h.update(value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode())
+            h.update(b"|")
+    return h.hexdigest()
+
+
+def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None) -> tuple[Setup, str]:
+    """:func:`build` on every rank, and the data's fingerprint. The ranks stop together (``dp.agree``)
+    when one of them fails on bad input, when their examples or tokens differ, or when the data differ
+    from those of the run being resumed (``resumed_run``: its run.json, on rank 0)."""
+    setup, value, problem = None, None, None
+    try:
+        setup = build(cfg)
+        value = {"examples": data_fingerprint(setup), "tokens": tokens_fingerprint(setup)}
+        if resumed_run is not None and resumed_run.get("data_fingerprint") != value["examples"]:
+            raise ConfigError("cannot resume: the data (universe, dev or test examples) differ from the original run")
+    except ValueError as e:
+        problem = e
+    dp.agree("data", value, problem)
+    return setup, value["examples"]
+
+
 def step_batches(task, universe: list, full_batches: list, idx, token_budget: int) -> tuple[list, int]:
     """The micro-batches a step scores and their row count: the prebuilt ones for the whole
     universe (``idx is None``), else those of the mechanism's subsample (possibly empty)."""
@@ -203,32 +233,34 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
     from paczero.models import compile_body, trainable_parameters
     from paczero.subsets import private_generator
-    from paczero.distributed import follow, init_from_env
+    from paczero.distributed import follow, init_from_env, shared_settings
     from paczero.zo import Perturber, stability_clip
 
     from paczero.models import check_model_source
 
     cfg = config.validate()
     dp = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
+    problem, run_dir = None, None
+    try:  # cheap checks first; under torchrun every rank learns of any rank's bad input (dp.agree)
+        check_model_source(cfg.model)
+        if dp.is_main:
+            run_dir = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume)
+            if cfg.resume:
+                saved = json.loads((run_dir / "run.json").read_text())["config"]
+                for key in RESUME_IDENTITY:
+                    if saved.get(key) != json.loads(json.dumps(getattr(cfg, key))):
+                        raise ConfigError(f"cannot resume: {key} differs from the original run "
+                                          f"({saved.get(key)!r} there, {getattr(cfg, key)!r} now)")
+    except ValueError as e:
+        problem = e
+    dp.agree("settings", shared_settings(cfg), problem)
     if not dp.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
         return follow(cfg, dp)
-    check_model_source(cfg.model)
-    run_dir = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume)
-    if cfg.resume:
-        saved = json.loads((run_dir / "run.json").read_text())["config"]
-        for key in RESUME_IDENTITY:
-            if saved.get(key) != json.loads(json.dumps(getattr(cfg, key))):
-                raise ConfigError(f"cannot resume: {key} differs from the original run "
-                                  f"({saved.get(key)!r} there, {getattr(cfg, key)!r} now)")
     t_setup = time.time()
-    setup = build(cfg)
+    setup, fingerprint = build_together(cfg, dp, json.loads((run_dir / "run.json").read_text()) if cfg.resume
+                                        else None)
     model, task, device = setup.model, setup.task, setup.device
     n = len(setup.universe)
-    fingerprint = data_fingerprint(setup)
-    if cfg.resume:
-        saved_fp = json.loads((run_dir / "run.json").read_text()).get("data_fingerprint")
-        if saved_fp != fingerprint:
-            raise ConfigError("cannot resume: the data (universe, dev or test examples) differ from the original run")
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
     if cfg.compile:

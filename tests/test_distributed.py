@@ -55,7 +55,8 @@ def _rank(rank: int, world: int, port: int, out_dir: str, torch_directions_rank:
         out = paczero.train.train(_config(out_dir), log=lambda *a: None)
         assert ("privacy" in out) == (rank == 0)
     finally:
-        tdist.destroy_process_group()
+        if tdist.is_initialized():  # a rank that stopped has left the group already
+            tdist.destroy_process_group()
 
 
 def _transcript(run_dir):
@@ -100,3 +101,152 @@ def test_ranks_that_would_draw_other_directions_refuse_to_start(tmp_path):
     mp.start_processes(_rank, args=(2, free_port(), str(tmp_path / "b"), -1), nprocs=2, start_method="spawn",
                        join=True)
     assert len(_transcript(tmp_path / "b")) == 4
+
+
+def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank: int = -1) -> None:
+    """A rank that trains ``configs[rank]`` through the CLI's error handling; ``retokenize_rank``
+    appends a token to every prompt there (a rank whose tokenizer differs)."""
+    import contextlib
+    import io
+    import sys
+
+    import torch.distributed as tdist
+
+    import paczero.tasks.classification as classification
+    from paczero.cli import bad_input
+    from paczero.train import train
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_RANK=str(rank))
+    if rank == retokenize_rank:
+        tokenize = classification.tokenize
+        classification.tokenize = lambda tok, texts: [ids + [ids[-1]] for ids in tokenize(tok, texts)]
+    tdist.init_process_group("gloo", rank=rank, world_size=world)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            try:
+                train(TrainConfig(**configs[rank]), log=lambda *a: None)
+                code = 0
+            except ValueError as e:  # what `paczero train` prints for it, and its exit code
+                code = bad_input(e)
+        with open(f"{configs[rank]['out_dir']}.rank{rank}.txt", "w") as f:
+            f.write(f"{code}\n{err.getvalue()}")
+    finally:
+        if tdist.is_initialized():  # a rank that stopped has left the group already
+            tdist.destroy_process_group()
+
+
+def _stopped(out_dir: str, rank: int) -> tuple[int, str]:
+    code, _, err = open(f"{out_dir}.rank{rank}.txt").read().partition("\n")
+    return int(code), err
+
+
+def test_ranks_stop_together_when_their_data_or_tokens_differ(tmp_path):
+    """Ranks must score the same sequences: other examples (a node's copy of the data file differs)
+    or other tokens (a node's tokenizer differs) stop every rank before the first step, with one
+    line (rank 0's; rank 1, not its node's first process, is silent) and exit code 2. Control: two
+    paths to identical files train (the path is not compared, the content is)."""
+    import pytest
+
+    from paczero.tasks.data import DEMO_PATH
+
+    lines = open(DEMO_PATH).read().splitlines()
+    same, copy, other = tmp_path / "same.jsonl", tmp_path / "copy.jsonl", tmp_path / "other.jsonl"
+    same.write_text("\n".join(lines) + "\n")
+    copy.write_text("\n".join(lines) + "\n")
+    edited = [json.loads(x) for x in lines]
+    for ex in edited:
+        ex["text"] += " Really."
+    other.write_text("".join(json.dumps(ex) + "\n" for ex in edited))
+
+    def launch(name: str, data_1, retokenize_rank: int = -1) -> str:
+        out = str(tmp_path / name)
+        base = {**_config(out).to_dict(), "data": str(same), "columns": {"sentence": "text"}}
+        configs = [base, {**base, "data": str(data_1)}]
+        mp.start_processes(_rank_with, args=(2, free_port(), configs, retokenize_rank), nprocs=2,
+                           start_method="spawn", join=True)
+        return out
+
+    for out, what in ((launch("examples", other), "disagree on data: examples"),
+                      (launch("tokens", same, retokenize_rank=1), "disagree on data: tokens")):
+        (code0, err0), (code1, err1) = _stopped(out, 0), _stopped(out, 1)
+        assert (code0, code1) == (2, 2) and err1 == ""
+        assert err0.count("paczero: error:") == 1 and what in err0, err0
+        assert not os.path.exists(os.path.join(out, "run.json"))
+    out = launch("control", copy)
+    assert [_stopped(out, r)[0] for r in (0, 1)] == [0, 0] and len(_transcript(out)) == 4
+    with pytest.raises(AssertionError):  # the check above sees a stop where there is none
+        assert _stopped(out, 0)[0] == 2
+
+
+def _torchrun_nodes(tmp_path, args_per_node: list[list[str]], timeout: float = 240) -> list[tuple[int, str]]:
+    """``torchrun`` as on two nodes (one process each, node 0 at 127.0.0.1): each node's exit code and log."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    port = free_port()
+    procs = []
+    for node, args in enumerate(args_per_node):
+        log = open(tmp_path / f"node{node}.log", "w")
+        procs.append((subprocess.Popen(
+            [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(args_per_node)), "--node-rank",
+             str(node), "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
+             "-m", "paczero.cli", "train", *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path), log))
+    results = []
+    for node, (proc, log) in enumerate(procs):
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                for p, _ in procs:
+                    p.kill()
+            log.close()
+        results.append((proc.returncode, (tmp_path / f"node{node}.log").read_text()))
+    return results
+
+
+_CLI = ["--model", "tiny-llama", "--track", "ft", "--task", "demo", "--n-train", "16", "--n-dev", "8", "--n-test",
+        "8", "--steps", "4", "--mechanism", "pac-mi", "--mi-budget", "0.5", "--num-subsets", "8", "--lr", "1e-2",
+        "--mu", "1e-2", "--token-budget", "64", "--eval-every", "2", "--checkpoint-every", "2",
+        "--no-eval-zero-shot", "--no-progress", "--seed", "3", "--private-seed", "1234", "--device", "cpu"]
+
+
+def test_torchrun_across_two_nodes_matches_one_process(tmp_path):
+    """The real launcher, as on two nodes (two torchrun agents, one rank each, a static rendezvous at
+    node 0): the same transcript and weights as `paczero train` in one process, bit for bit."""
+    from paczero.cli import main
+
+    single, multi = str(tmp_path / "single"), str(tmp_path / "multi")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # torchrun's OMP_NUM_THREADS=1 in each rank
+    try:
+        assert main(["train", *_CLI, "--out-dir", single]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    results = _torchrun_nodes(tmp_path, [[*_CLI, "--out-dir", multi], [*_CLI, "--out-dir", str(tmp_path / "unused")]])
+    assert [code for code, _ in results] == [0, 0], results[1][1][-3000:]
+    assert _transcript(single) == _transcript(multi) and len(_transcript(multi)) == 4
+    wa, wb = load_file(f"{single}/selected.safetensors"), load_file(f"{multi}/selected.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert not os.path.exists(tmp_path / "unused")  # node 1 writes nothing
+
+
+def test_bad_input_on_one_node_stops_every_node(tmp_path):
+    """Bad input on node 1's command line stops node 0 too, within seconds (before, node 0 waited for
+    the missing rank in init_process_group for two hours): one `paczero: error:` line per node and
+    exit code 2 in every rank. So do command lines that differ in a setting of the computation."""
+    out = str(tmp_path / "run")
+    missing = [*_CLI, "--out-dir", out, "--data", str(tmp_path / "missing.jsonl")]
+    for node1, line0, line1 in (
+            (missing, "paczero: error: rank 1 stopped: data file", "paczero: error: data file"),
+            ([*_CLI, "--out-dir", out, "--mu", "2e-2"], "disagree on settings: mu (rank 0: 0.01; rank 1: 0.02)",
+             "disagree on settings: mu (rank 0: 0.01; rank 1: 0.02)")):
+        (rc0, log0), (rc1, log1) = _torchrun_nodes(tmp_path, [[*_CLI, "--out-dir", out], node1], timeout=120)
+        assert rc0 != 0 and rc1 != 0
+        for log, line in ((log0, line0), (log1, line1)):
+            assert log.count("paczero: error:") == 1 and line in log, log[-3000:]
+            assert "exitcode  : 2" in log and "[rank" not in log  # the ranks exited 2, with no traceback
+        assert not os.path.exists(os.path.join(out, "log.jsonl"))

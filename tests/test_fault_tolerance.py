@@ -241,3 +241,20 @@ def test_mismatched_resume_is_refused(reference, tmp_path, capsys, change, word)
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("paczero: error: cannot resume") and word in err
     assert (out / "log.jsonl").read_text() == before
+
+
+def test_resume_with_other_data_under_the_same_settings_is_refused(reference, tmp_path, capsys):
+    """The examples are compared, not only the flags: data that changed since the original run (the
+    file edited in place; here its recorded fingerprint) stop the resume with one line, exit code 2,
+    nothing written. Control: the untouched copy resumes."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    before = (out / "log.jsonl").read_text()
+    record = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**record, "data_fingerprint": "0" * 64}))
+    assert main(_flags(out) + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "paczero: error: cannot resume: the data (universe, dev or test examples) differ from the original run"
+    assert (out / "log.jsonl").read_text() == before
+    (out / "run.json").write_text(json.dumps(record))
+    assert main(_flags(out) + ["--resume"]) == 0
