@@ -7,6 +7,8 @@ and the quarter-turn functions over all 2^24 inputs; and the values are standard
 and a Kolmogorov-Smirnov test. Negative controls: one constant moved by one unit in the last place, or an
 offset moved by one, breaks the bit-exact comparison.
 """
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -172,3 +174,49 @@ def test_the_same_bits_whatever_the_vector_width_and_optimisation(lib, monkeypat
         out = torch.empty(n)
         fused.paczero_normals(ctypes.c_uint64(seed), 3, n, out.data_ptr())
         assert not np.array_equal(_bits(out.numpy()), _bits(want))
+
+
+_DRIVER = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+void paczero_normals(uint64_t seed, int64_t first, int64_t n, float *out);
+int main(int argc, char **argv) {
+    uint64_t seed = strtoull(argv[1], 0, 10);
+    int64_t first = strtoll(argv[2], 0, 10), n = strtoll(argv[3], 0, 10);
+    float *out = malloc((size_t)n * sizeof(float));
+    paczero_normals(seed, first, n, out);
+    fwrite(out, sizeof(float), (size_t)n, stdout);
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64-static")),
+                    reason="needs a cross compiler for aarch64 and qemu-user (Debian: gcc-aarch64-linux-gnu, "
+                           "qemu-user-static)")
+def test_the_same_bits_on_aarch64(lib, tmp_path):
+    """The kernel cross-compiled for 64-bit ARM (GCC, the build's flags, static) and run under qemu gives this
+    machine's bits: for the baseline ISA (NEON), for SVE vectors, and without optimisation. Negative control:
+    the same build contracting into fused multiply-adds (every aarch64 CPU has them) gives other bits."""
+    import subprocess
+
+    (tmp_path / "kernel.c").write_text(cpu.source_code())
+    (tmp_path / "driver.c").write_text(_DRIVER)
+    flags = [f for f in cpu._FLAGS if f not in ("-fPIC", "-shared")]
+    n, seed, first = 50_000, 0xFEEDFACE12345, 3
+    want = _bits(_kernel(seed, first, n))
+
+    def run(name: str, extra: list[str], cpu_model: str = "max") -> np.ndarray:
+        exe = tmp_path / name
+        subprocess.run(["aarch64-linux-gnu-gcc", *flags, *extra, "-static", str(tmp_path / "kernel.c"),
+                        str(tmp_path / "driver.c"), "-lm", "-o", str(exe)], check=True, capture_output=True)
+        done = subprocess.run(["qemu-aarch64-static", "-cpu", cpu_model, str(exe), str(seed), str(first), str(n)],
+                              check=True, capture_output=True, timeout=600)
+        return np.frombuffer(done.stdout, dtype=np.uint32)
+
+    assert np.array_equal(run("neon", [], "cortex-a57"), want)
+    assert np.array_equal(run("sve", ["-march=armv8.2-a+sve"]), want)
+    assert np.array_equal(run("o0", ["-O0"], "cortex-a57"), want)
+    fused = run("fused", ["-ffp-contract=fast"], "cortex-a57")
+    assert fused.shape == want.shape and not np.array_equal(fused, want)
