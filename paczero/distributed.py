@@ -106,10 +106,11 @@ def _differences(what: str, values: Sequence) -> str:
 def init_from_env(device: str = "auto") -> "Single | DataParallel":
     """The data-parallel context of this process, from torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``.
 
-    Reuses a process group that is already initialised; a world of one is :class:`Single`.
+    Reuses a process group that is already initialised (and leaves it to its owner: only a group
+    initialised here is destroyed by :meth:`DataParallel.close`); a world of one is :class:`Single`.
     """
     if tdist.is_available() and tdist.is_initialized():
-        return Single() if tdist.get_world_size() == 1 else DataParallel()
+        return Single() if tdist.get_world_size() == 1 else DataParallel(owner=False)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return Single()
@@ -117,7 +118,7 @@ def init_from_env(device: str = "auto") -> "Single | DataParallel":
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
     tdist.init_process_group("nccl" if cuda else "gloo", timeout=TIMEOUT)
-    return DataParallel()
+    return DataParallel(owner=True)
 
 
 def stop_ranks(problem: Exception, device: str | None = None) -> None:
@@ -182,6 +183,9 @@ class Single:
 
     rank, world, is_main = 0, 1, True
 
+    def close(self) -> None:
+        pass
+
     def agree(self, what: str, value, problem: Exception | None = None) -> None:
         """One process: raise ``problem``, if any."""
         if problem is not None:
@@ -209,10 +213,19 @@ class Single:
 class DataParallel(Single):
     """A rank of an initialised process group (see the module docstring for the protocol)."""
 
-    def __init__(self):
+    def __init__(self, owner: bool = False):
+        self.owner = owner
         self.rank, self.world = tdist.get_rank(), tdist.get_world_size()
         self.is_main = self.rank == 0
         self.comm_device = "cuda" if tdist.get_backend() == "nccl" else "cpu"
+
+    def close(self) -> None:
+        """Leave the process group if :func:`init_from_env` created it (and it is still there): a
+        process that exits with a gloo group alive aborts now and then ("terminate called without an
+        active exception", 9 of 120 exits on this machine under load), which torchrun reports as a
+        failed rank."""
+        if self.owner and tdist.is_initialized():
+            tdist.destroy_process_group()
 
     def _bcast(self, obj=None):
         box = [obj]
@@ -232,8 +245,8 @@ class DataParallel(Single):
         values = [v for v, _ in brought]
         if found or any(v != values[0] for v in values):
             # every rank raises the same (the first problem, else the differences: one line per node, see
-            # RankStopped), after leaving the group: a rank still in it when a peer exits may abort
-            tdist.destroy_process_group()
+            # RankStopped), after leaving a group of its own (see close)
+            self.close()
             if found:
                 r, text = found[0]
                 raise RankStopped(text if r == self.rank else f"rank {r} stopped: {text}") from problem

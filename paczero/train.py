@@ -231,15 +231,22 @@ class _Stop:
 
 def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
-    from paczero.models import compile_body, trainable_parameters
-    from paczero.subsets import private_generator
-    from paczero.distributed import follow, init_from_env, shared_settings
-    from paczero.zo import Perturber, stability_clip
-
-    from paczero.models import check_model_source
+    from paczero.distributed import init_from_env
 
     cfg = config.validate()
     dp = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
+    try:
+        return _train(cfg, dp, log)
+    finally:
+        dp.close()  # leave the process group this call joined: a process exiting in it may abort
+
+
+def _train(cfg: TrainConfig, dp, log) -> dict[str, Any]:
+    from paczero.distributed import follow, shared_settings
+    from paczero.models import check_model_source, compile_body, trainable_parameters
+    from paczero.subsets import private_generator
+    from paczero.zo import Perturber, stability_clip
+
     problem, run_dir = None, None
     try:  # cheap checks first; under torchrun every rank learns of any rank's bad input (dp.agree)
         check_model_source(cfg.model)

@@ -55,7 +55,7 @@ def _rank(rank: int, world: int, port: int, out_dir: str, torch_directions_rank:
         out = paczero.train.train(_config(out_dir), log=lambda *a: None)
         assert ("privacy" in out) == (rank == 0)
     finally:
-        if tdist.is_initialized():  # a rank that stopped has left the group already
+        if tdist.is_initialized():
             tdist.destroy_process_group()
 
 
@@ -133,7 +133,7 @@ def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank:
         with open(f"{configs[rank]['out_dir']}.rank{rank}.txt", "w") as f:
             f.write(f"{code}\n{err.getvalue()}")
     finally:
-        if tdist.is_initialized():  # a rank that stopped has left the group already
+        if tdist.is_initialized():
             tdist.destroy_process_group()
 
 
@@ -250,3 +250,17 @@ def test_bad_input_on_one_node_stops_every_node(tmp_path):
             assert log.count("paczero: error:") == 1 and line in log, log[-3000:]
             assert "exitcode  : 2" in log and "[rank" not in log  # the ranks exited 2, with no traceback
         assert not os.path.exists(os.path.join(out, "log.jsonl"))
+
+
+def test_the_compared_settings_never_carry_the_private_seed():
+    """What rank 0 sends the others before the first step holds the settings of the computation and the
+    libraries' versions, and not the private seed (nor the run folder or the data's path)."""
+    from paczero.distributed import UNCOMPARED_KEYS, shared_settings
+
+    cfg = _config("/runs/x").replace(private_seed=987654321, data="/data/a.jsonl")
+    sent = json.dumps(shared_settings(cfg))
+    assert "987654321" in json.dumps(cfg.to_dict())  # control: the config holds it
+    assert "987654321" not in sent and "/runs/x" not in sent and "/data/a.jsonl" not in sent
+    settings = shared_settings(cfg)
+    assert settings["mu"] == cfg.mu and settings["seed"] == cfg.seed and settings["torch version"] == torch.__version__
+    assert set(cfg.to_dict()) - set(settings) == set(UNCOMPARED_KEYS)
