@@ -25,8 +25,9 @@ the generator of z. A rank that found bad input, or ranks that differ, stop
 every rank together with one error line per node (exit code 2), instead of
 leaving the others waiting in a collective or, worse, training on other
 scalars. This matters most across nodes, where each node is launched by its
-own command line. A run is
-bit-identical to a single-process run with the same seeds when every rank
+own command line.
+
+A run is bit-identical to a single-process run with the same seeds when every rank
 computes with the same kernels as the single process (same device type and
 intra-op thread count: ``torchrun`` sets ``OMP_NUM_THREADS=1`` per rank on
 CPU), because each micro-batch is the very tensor the single process would
