@@ -264,3 +264,31 @@ def test_the_compared_settings_never_carry_the_private_seed():
     settings = shared_settings(cfg)
     assert settings["mu"] == cfg.mu and settings["seed"] == cfg.seed and settings["torch version"] == torch.__version__
     assert set(cfg.to_dict()) - set(settings) == set(UNCOMPARED_KEYS)
+
+
+def test_two_processes_resume_a_run_as_one_would(tmp_path):
+    """A run resumed under data parallelism (rank 0 reads the checkpoint, restores the mechanism's state
+    and sends the weights to the other rank) continues as the uninterrupted single process: the same
+    transcript, evaluations and selected weights, bit for bit. Its first steps were one process's."""
+    import shutil
+
+    from paczero.train import train
+
+    single, resumed = tmp_path / "single", tmp_path / "resumed"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(_config(str(single)), log=lambda *a: None)
+    finally:
+        torch.set_num_threads(threads)
+    shutil.copytree(single, resumed)
+    shutil.rmtree(resumed / "checkpoints" / "step-000004")  # killed before its last checkpoint: resume at 2
+    config = {**_config(str(resumed)).to_dict(), "resume": True}
+    mp.start_processes(_rank_with, args=(2, free_port(), [config, config]), nprocs=2, start_method="spawn",
+                       join=True)
+    assert [_stopped(str(resumed), r)[0] for r in (0, 1)] == [0, 0]
+    assert (resumed / "checkpoints" / "step-000004").is_dir()  # steps 3 and 4 ran again, under two ranks
+    assert _transcript(single) == _transcript(resumed)
+    assert (single / "evals.jsonl").read_text() == (resumed / "evals.jsonl").read_text()
+    wa, wb = load_file(f"{single}/selected.safetensors"), load_file(f"{resumed}/selected.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
