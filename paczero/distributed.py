@@ -149,40 +149,46 @@ def shard_batches(batches: Sequence, rank: int, world: int) -> list:
 
 
 def gather_scalars(g_local: np.ndarray, loss_local: Sequence[float], batches: Sequence, plan: list[list[int]],
-                   rank: int, device="cpu") -> tuple[np.ndarray, list[float]]:
+                   rank: int, device="cpu", stop: bool = False) -> tuple[np.ndarray, list[float], bool]:
     """All-gather every rank's scalars into the full ``[K, n_rows]`` array on every rank.
 
     ``g_local`` is ``[K, n_rows]`` with this rank's rows filled (rows of
     ``batches[b].index`` for ``b`` in ``plan[rank]``); ``loss_local`` holds the
-    per-batch train-loss sums of this rank's batches, in plan order. Returns the
-    full array and the per-batch loss sums in global batch order. Each rank
-    sends ``K * rows + batches`` float64 values.
+    per-batch train-loss sums of this rank's batches, in plan order; ``stop`` says
+    that this rank was asked to stop (SIGTERM, Ctrl-C). Returns the full array, the
+    per-batch loss sums in global batch order, and whether any rank was asked to
+    stop. Each rank sends ``K * rows + batches + 1`` float64 values.
     """
     k = g_local.shape[0]
     rows = [np.concatenate([batches[b].index for b in p]) if p else np.zeros(0, np.int64) for p in plan]
     sizes = [k * len(r) + len(p) for r, p in zip(rows, plan)]
-    width = max(max(sizes), 1)
+    width = max(sizes) + 1  # the last value: the stop request
     mine = np.zeros(width, dtype=np.float64)
     mine[:k * len(rows[rank])] = g_local[:, rows[rank]].ravel()
     mine[k * len(rows[rank]):sizes[rank]] = np.asarray(loss_local, dtype=np.float64)
+    mine[-1] = float(stop)
     send = torch.from_numpy(mine).to(device)
     recv = [torch.empty_like(send) for _ in plan]
     tdist.all_gather(recv, send)
     g = np.zeros_like(g_local)
     loss = [0.0] * len(batches)
+    any_stop = False
     for r, (buf, p) in enumerate(zip(recv, plan)):
         values = buf.cpu().numpy()
         n_r = len(rows[r])
         g[:, rows[r]] = values[:k * n_r].reshape(k, n_r)
         for b, s in zip(p, values[k * n_r:sizes[r]]):
             loss[b] = float(s)
-    return g, loss
+        any_stop = any_stop or bool(values[-1])
+    return g, loss, any_stop
 
 
 class Single:
     """One process: every method passes through (no communication)."""
 
     rank, world, is_main = 0, 1, True
+    #: set by :meth:`two_point_scalars`: some rank was asked to stop (its ``stop`` argument) this step
+    stop_requested = False
 
     def close(self) -> None:
         pass
@@ -205,9 +211,10 @@ class Single:
         pass
 
     def two_point_scalars(self, perturber, step: int, num_directions: int, mu: float, batches: Sequence,
-                          loss_fn: Callable, n_rows: int, device) -> tuple[np.ndarray, float]:
+                          loss_fn: Callable, n_rows: int, device, stop: bool = False) -> tuple[np.ndarray, float]:
         from paczero.zo import two_point_scalars
 
+        self.stop_requested = stop
         return two_point_scalars(perturber, step, num_directions, mu, batches, loss_fn, n_rows, device)
 
 
@@ -281,15 +288,19 @@ class DataParallel(Single):
         self._bcast(None)
 
     def two_point_scalars(self, perturber, step: int, num_directions: int, mu: float, batches: Sequence,
-                          loss_fn: Callable, n_rows: int, device) -> tuple[np.ndarray, float]:
-        """:func:`paczero.zo.two_point_scalars` over this rank's share, gathered: same result on every rank."""
+                          loss_fn: Callable, n_rows: int, device, stop: bool = False) -> tuple[np.ndarray, float]:
+        """:func:`paczero.zo.two_point_scalars` over this rank's share, gathered: same result on every rank.
+
+        ``stop``: this rank was asked to stop; the request travels with the scalars, and
+        :attr:`stop_requested` tells every rank whether any rank made it (rank 0 then ends the run
+        after this step with a checkpoint, as on its own SIGTERM)."""
         from paczero.zo import two_point_scalars
 
         plan = shard_plan(batches, self.world)
         sums: list[float] = []
         g, _ = two_point_scalars(perturber, step, num_directions, mu, [batches[b] for b in plan[self.rank]],
                                  loss_fn, n_rows, device, batch_losses=sums)
-        g, sums = gather_scalars(g, sums, batches, plan, self.rank, self.comm_device)
+        g, sums, self.stop_requested = gather_scalars(g, sums, batches, plan, self.rank, self.comm_device, stop)
         loss_sum = 0.0
         for s in sums:  # the single process's order of summation: the train loss is bit-identical
             loss_sum += s
@@ -299,7 +310,7 @@ class DataParallel(Single):
 def follow(cfg, dp: DataParallel) -> dict:
     """The loop of a rank other than 0: score its share, receive the release, update. Holds no secret."""
     from paczero.models import trainable_parameters
-    from paczero.train import build_together, step_batches
+    from paczero.train import _Stop, build_together, step_batches
     from paczero.zo import Perturber
 
     setup, _ = build_together(cfg, dp)
@@ -310,12 +321,13 @@ def follow(cfg, dp: DataParallel) -> dict:
     dp.agree("directions", perturber.directions)
     dp.sync_weights(params)
     steps = 0
-    while (msg := dp.receive()) is not None:
-        step, idx = msg
-        batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
-        dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
-                             lambda b: task.losses(model, b), rows, device)
-        coefs, lr = dp.receive_release()
-        perturber.apply_update(step, coefs, lr, cfg.weight_decay)
-        steps += 1
+    with _Stop() as stop:  # SIGTERM / Ctrl-C: ask rank 0 to end the run (at the end of a step, checkpointed)
+        while (msg := dp.receive()) is not None:
+            step, idx = msg
+            batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
+            dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
+                                 lambda b: task.losses(model, b), rows, device, stop=stop.requested)
+            coefs, lr = dp.receive_release()
+            perturber.apply_update(step, coefs, lr, cfg.weight_decay)
+            steps += 1
     return {"rank": dp.rank, "steps": steps}

@@ -321,7 +321,8 @@ def _train(cfg: TrainConfig, dp, log) -> dict[str, Any]:
             dp.announce(step, idx)
             batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
             g, train_loss = dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
-                                                 lambda b: task.losses(model, b), rows, device)
+                                                 lambda b: task.losses(model, b), rows, device, stop=stop.requested)
+            stop.requested = stop.requested or dp.stop_requested  # another rank's SIGTERM ends the run too
             releases = mechanism.step(stability_clip(g, cfg.clip))
             lr = lr_at(cfg, step)
             dp.publish([r.coef for r in releases], lr)

@@ -103,9 +103,11 @@ def test_ranks_that_would_draw_other_directions_refuse_to_start(tmp_path):
     assert len(_transcript(tmp_path / "b")) == 4
 
 
-def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank: int = -1) -> None:
+def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank: int = -1,
+               sigterm_at: tuple[int, int] = (-1, -1)) -> None:
     """A rank that trains ``configs[rank]`` through the CLI's error handling; ``retokenize_rank``
-    appends a token to every prompt there (a rank whose tokenizer differs)."""
+    appends a token to every prompt there (a rank whose tokenizer differs); rank ``sigterm_at[0]``
+    sends itself SIGTERM while it scores step ``sigterm_at[1]``."""
     import contextlib
     import io
     import sys
@@ -121,6 +123,17 @@ def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank:
     if rank == retokenize_rank:
         tokenize = classification.tokenize
         classification.tokenize = lambda tok, texts: [ids + [ids[-1]] for ids in tokenize(tok, texts)]
+    if rank == sigterm_at[0]:
+        import signal
+
+        import paczero.zo as zo
+        scalars = zo.two_point_scalars
+
+        def signalled(perturber, step, *args, **kwargs):
+            if step == sigterm_at[1]:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return scalars(perturber, step, *args, **kwargs)
+        zo.two_point_scalars = signalled
     tdist.init_process_group("gloo", rank=rank, world_size=world)
     err = io.StringIO()
     try:
@@ -292,3 +305,39 @@ def test_two_processes_resume_a_run_as_one_would(tmp_path):
     assert (single / "evals.jsonl").read_text() == (resumed / "evals.jsonl").read_text()
     wa, wb = load_file(f"{single}/selected.safetensors"), load_file(f"{resumed}/selected.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_sigterm_on_another_rank_ends_the_run_with_a_checkpoint(tmp_path):
+    """torchrun passes a SIGTERM (a preempted job) to every rank of a node, which may not be rank 0's:
+    a rank other than 0 that gets it keeps going and sends the request with its next scalars; rank 0
+    ends the run after that step with a checkpoint, as on its own SIGTERM. Resumed, the run is the
+    uninterrupted one. Negative control: the same launch without the signal runs to the end."""
+    import shutil
+
+    from paczero.train import train
+
+    single, run = tmp_path / "single", tmp_path / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(_config(str(single)), log=lambda *a: None)
+    finally:
+        torch.set_num_threads(threads)
+    config = _config(str(run)).to_dict()
+    mp.start_processes(_rank_with, args=(2, free_port(), [config, config], -1, (1, 1)), nprocs=2,
+                       start_method="spawn", join=True)
+    assert [_stopped(str(run), r)[0] for r in (0, 1)] == [0, 0]
+    # signalled while scoring step 1; the request went with step 2's scalars: three steps, checkpointed
+    assert len(_transcript(run)) == 3 and (run / "checkpoints" / "step-000003").is_dir()
+    assert not (run / "summary.json").exists()
+    resumed = {**config, "resume": True}
+    mp.start_processes(_rank_with, args=(2, free_port(), [resumed, resumed]), nprocs=2, start_method="spawn",
+                       join=True)
+    assert _transcript(single) == _transcript(run)
+    wa, wb = load_file(f"{single}/selected.safetensors"), load_file(f"{run}/selected.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    control = tmp_path / "control"
+    config = _config(str(control)).to_dict()
+    mp.start_processes(_rank_with, args=(2, free_port(), [config, config]), nprocs=2, start_method="spawn",
+                       join=True)
+    assert len(_transcript(control)) == 4 and (control / "summary.json").exists()
