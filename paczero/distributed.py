@@ -8,7 +8,7 @@ from the public seed. At each step
 2. the micro-batches are split between the ranks, balanced by token count
    (:func:`shard_batches`); each rank computes the two-point scalars of its
    share and :func:`gather_scalars` all-gathers them, so every rank holds the
-   full ``[K, N]`` array (N floats per direction: the only data exchanged);
+   full ``[K, N]`` array (N floats per direction, with the per-batch loss sums and a stop request);
 3. rank 0 alone runs the mechanism with the private generator and broadcasts
    the release (the K coefficients and the learning rate);
 4. every rank applies the identical update.
