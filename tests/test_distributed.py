@@ -3,6 +3,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
@@ -66,16 +67,23 @@ def _transcript(run_dir):
     return rows
 
 
-def test_two_processes_match_one(tmp_path):
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The run of :func:`_config` in one process, with one thread (the same kernels as each rank)."""
     from paczero.train import train
 
-    single, multi = str(tmp_path / "single"), str(tmp_path / "multi")
+    out = tmp_path_factory.mktemp("dp") / "single"
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the same kernels as each rank
+    torch.set_num_threads(1)
     try:
-        train(_config(single), log=lambda *a: None)
+        train(_config(str(out)), log=lambda *a: None)
     finally:
         torch.set_num_threads(threads)
+    return out
+
+
+def test_two_processes_match_one(single, tmp_path):
+    multi = str(tmp_path / "multi")
     mp.start_processes(_rank, args=(2, free_port(), multi), nprocs=2, start_method="spawn", join=True)
 
     a, b = _transcript(single), _transcript(multi)
@@ -92,7 +100,6 @@ def test_two_processes_match_one(tmp_path):
 def test_ranks_that_would_draw_other_directions_refuse_to_start(tmp_path):
     """A rank whose z comes from another generator (say its C compiler failed) stops every rank before the
     first step, naming the difference; negative control: the same launch with agreeing ranks trains."""
-    import pytest
 
     with pytest.raises(Exception, match="disagree on directions"):
         mp.start_processes(_rank, args=(2, free_port(), str(tmp_path / "a"), 1), nprocs=2, start_method="spawn",
@@ -160,8 +167,6 @@ def test_ranks_stop_together_when_their_data_or_tokens_differ(tmp_path):
     or other tokens (a node's tokenizer differs) stop every rank before the first step, with one
     line (rank 0's; rank 1, not its node's first process, is silent) and exit code 2. Control: two
     paths to identical files train (the path is not compared, the content is)."""
-    import pytest
-
     from paczero.tasks.data import DEMO_PATH
 
     lines = open(DEMO_PATH).read().splitlines()
@@ -279,21 +284,13 @@ def test_the_compared_settings_never_carry_the_private_seed():
     assert set(cfg.to_dict()) - set(settings) == set(UNCOMPARED_KEYS)
 
 
-def test_two_processes_resume_a_run_as_one_would(tmp_path):
+def test_two_processes_resume_a_run_as_one_would(single, tmp_path):
     """A run resumed under data parallelism (rank 0 reads the checkpoint, restores the mechanism's state
     and sends the weights to the other rank) continues as the uninterrupted single process: the same
     transcript, evaluations and selected weights, bit for bit. Its first steps were one process's."""
     import shutil
 
-    from paczero.train import train
-
-    single, resumed = tmp_path / "single", tmp_path / "resumed"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(_config(str(single)), log=lambda *a: None)
-    finally:
-        torch.set_num_threads(threads)
+    resumed = tmp_path / "resumed"
     shutil.copytree(single, resumed)
     shutil.rmtree(resumed / "checkpoints" / "step-000004")  # killed before its last checkpoint: resume at 2
     config = {**_config(str(resumed)).to_dict(), "resume": True}
@@ -307,22 +304,12 @@ def test_two_processes_resume_a_run_as_one_would(tmp_path):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def test_sigterm_on_another_rank_ends_the_run_with_a_checkpoint(tmp_path):
+def test_sigterm_on_another_rank_ends_the_run_with_a_checkpoint(single, tmp_path):
     """torchrun passes a SIGTERM (a preempted job) to every rank of a node, which may not be rank 0's:
     a rank other than 0 that gets it keeps going and sends the request with its next scalars; rank 0
     ends the run after that step with a checkpoint, as on its own SIGTERM. Resumed, the run is the
     uninterrupted one. Negative control: the same launch without the signal runs to the end."""
-    import shutil
-
-    from paczero.train import train
-
-    single, run = tmp_path / "single", tmp_path / "run"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(_config(str(single)), log=lambda *a: None)
-    finally:
-        torch.set_num_threads(threads)
+    run = tmp_path / "run"
     config = _config(str(run)).to_dict()
     mp.start_processes(_rank_with, args=(2, free_port(), [config, config], -1, (1, 1)), nprocs=2,
                        start_method="spawn", join=True)
