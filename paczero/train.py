@@ -256,8 +256,9 @@ def _train(cfg: TrainConfig, dp, log) -> dict[str, Any]:
                 saved = json.loads((run_dir / "run.json").read_text())["config"]
                 for key in RESUME_IDENTITY:
                     if saved.get(key) != json.loads(json.dumps(getattr(cfg, key))):
-                        raise ConfigError(f"cannot resume: {key} differs from the original run "
-                                          f"({saved.get(key)!r} there, {getattr(cfg, key)!r} now)")
+                        values = "" if key == "private_seed" else \
+                            f" ({saved.get(key)!r} there, {getattr(cfg, key)!r} now)"  # under torchrun: sent to every rank
+                        raise ConfigError(f"cannot resume: {key} differs from the original run{values}")
     except ValueError as e:
         problem = e
     dp.agree("settings", shared_settings(cfg), problem)
