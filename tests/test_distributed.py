@@ -29,11 +29,17 @@ def test_shard_plan_balances_tokens_and_covers_every_batch():
     assert shard_plan(batches[:1], 3)[1:] == [[], []]  # more ranks than batches: idle ranks
 
 
+#: the tiny run of these tests (as TrainConfig keys; `_CLI` is the same as `paczero train` flags)
+_SETTINGS = dict(model="tiny-llama", track="ft", task="demo", n_train=16, n_dev=8, n_test=8, steps=4,
+                 mechanism="pac-mi", mi_budget=0.5, num_subsets=8, lr=1e-2, mu=1e-2, token_budget=64,
+                 eval_every=2, checkpoint_every=2, eval_zero_shot=False, progress=False, seed=3,
+                 private_seed=1234, device="cpu")
+_CLI = [arg for k, v in _SETTINGS.items() for arg in
+        ([f"--{'' if v else 'no-'}{k.replace('_', '-')}"] if isinstance(v, bool) else [f"--{k.replace('_', '-')}", str(v)])]
+
+
 def _config(out_dir: str) -> TrainConfig:
-    return TrainConfig(model="tiny-llama", track="ft", task="demo", n_train=16, n_dev=8, n_test=8, steps=4,
-                       mechanism="pac-mi", mi_budget=0.5, num_subsets=8, lr=1e-2, mu=1e-2, token_budget=64,
-                       eval_every=2, checkpoint_every=2, eval_zero_shot=False, progress=False, seed=3,
-                       private_seed=1234, out_dir=out_dir, device="cpu")
+    return TrainConfig(**_SETTINGS, out_dir=out_dir)
 
 
 def _rank(rank: int, world: int, port: int, out_dir: str, torch_directions_rank: int = -1) -> None:
@@ -226,10 +232,6 @@ def _torchrun_nodes(tmp_path, args_per_node: list[list[str]], timeout: float = 2
     return results
 
 
-_CLI = ["--model", "tiny-llama", "--track", "ft", "--task", "demo", "--n-train", "16", "--n-dev", "8", "--n-test",
-        "8", "--steps", "4", "--mechanism", "pac-mi", "--mi-budget", "0.5", "--num-subsets", "8", "--lr", "1e-2",
-        "--mu", "1e-2", "--token-budget", "64", "--eval-every", "2", "--checkpoint-every", "2",
-        "--no-eval-zero-shot", "--no-progress", "--seed", "3", "--private-seed", "1234", "--device", "cpu"]
 
 
 def test_torchrun_across_two_nodes_matches_one_process(tmp_path):
