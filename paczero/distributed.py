@@ -127,8 +127,8 @@ def stop_ranks(problem: Exception, device: str | None = None) -> None:
     other ranks first (they meet in :meth:`DataParallel.agree` and stop too). Without this the
     others would wait for the missing rank in ``init_process_group`` until :data:`TIMEOUT`:
     ``torchrun`` stops the failed rank's own node, not the other nodes."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not (tdist.is_available() and tdist.is_initialized()):
-        init_from_env(device or "auto").agree("settings", None, problem)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 or (tdist.is_available() and tdist.is_initialized()):
+        init_from_env(device or "auto").agree("settings", None, problem)  # a world of one: raises problem
     raise problem
 
 

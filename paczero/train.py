@@ -231,9 +231,12 @@ class _Stop:
 
 def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
-    from paczero.distributed import init_from_env
+    from paczero.distributed import init_from_env, stop_ranks
 
-    cfg = config.validate()
+    try:
+        cfg = config.validate()
+    except ValueError as e:  # under torchrun the other ranks stop with this one (as in `paczero train`)
+        stop_ranks(e, config.device)
     dp = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     try:
         return _train(cfg, dp, log)

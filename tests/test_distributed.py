@@ -330,3 +330,16 @@ def test_sigterm_on_another_rank_ends_the_run_with_a_checkpoint(single, tmp_path
     mp.start_processes(_rank_with, args=(2, free_port(), [config, config]), nprocs=2, start_method="spawn",
                        join=True)
     assert len(_transcript(control)) == 4 and (control / "summary.json").exists()
+
+
+def test_an_invalid_config_on_one_rank_stops_the_others(tmp_path):
+    """`train()` called by each rank (the Python API) with a config that fails validation on rank 1
+    only: rank 1 hands its error over, and both ranks stop with code 2, rank 0 naming rank 1's error,
+    instead of rank 0 waiting for rank 1 in the first collective."""
+    out = str(tmp_path / "run")
+    good = _config(out).to_dict()
+    mp.start_processes(_rank_with, args=(2, free_port(), [good, {**good, "num_subsets": 7}]), nprocs=2,
+                       start_method="spawn", join=True)
+    (code0, err0), (code1, err1) = _stopped(out, 0), _stopped(out, 1)
+    assert (code0, code1) == (2, 2) and err1 == ""
+    assert err0.strip() == "paczero: error: rank 1 stopped: num_subsets (M) must be even, got 7"
