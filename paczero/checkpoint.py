@@ -26,6 +26,7 @@ import base64
 import hashlib
 import json
 import os
+import platform
 import shutil
 from pathlib import Path
 from typing import Any
@@ -162,20 +163,86 @@ def load_latest_checkpoint(run_dir: Path, warn=print) -> tuple[int, dict, dict, 
     return None
 
 
-def prepare_run_dir(out_dir: str, *, overwrite: bool, resume: bool) -> Path:
-    """Check the output folder before any expensive work; never clobber a user's files.
+class RunLock:
+    """The claim of one process on a run folder while it writes there: an exclusive ``flock`` on the
+    folder's ``.paczero.lock``, released when the process ends in any way (also SIGKILL), so no lock is
+    ever stale. A second ``paczero train`` on the same folder (a double launch, a resume while the run
+    is still going, a sweep started twice, a SLURM job submitted again) is refused with one line
+    instead of two processes writing the same transcript. Advisory, and a no-op where ``fcntl`` is
+    missing (Windows); on NFS Linux maps it to a POSIX lock of the file."""
+
+    NAME = ".paczero.lock"
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / self.NAME
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # held by another process
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise CheckpointError(f"run folder {str(run_dir)!r} is in use by another paczero process"
+                                  + (f" ({holder})" if holder else "") + "; wait for it to end, or stop it") from None
+        except OSError:  # a file system without locks: write unguarded, as before locks existed
+            os.close(fd)
+            return
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {platform.node()}".encode(), 0)
+        self._fd = fd
+
+    @staticmethod
+    def held(run_dir: Path) -> bool:
+        """True while another process holds ``run_dir``'s lock (this process must not hold it itself)."""
+        try:
+            import fcntl
+            fd = os.open(Path(run_dir) / RunLock.NAME, os.O_RDWR)
+        except (ImportError, OSError):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing also drops the lock this probe took
+        return False
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def prepare_run_dir(out_dir: str, *, overwrite: bool, resume: bool) -> tuple[Path, RunLock]:
+    """Check the output folder before any expensive work, never clobber a user's files, and claim it.
 
     A fresh run needs an empty or absent folder. ``overwrite`` replaces an
     earlier paczero run (and refuses a folder that is not one). ``resume``
-    needs an earlier run.
+    needs an earlier run. A folder that another process holds (:class:`RunLock`)
+    is refused in every case. The caller releases the returned lock when done.
     """
     path = Path(out_dir).expanduser()
+    try:
+        return _prepare_run_dir(path, out_dir, overwrite=overwrite, resume=resume)
+    except OSError as e:  # no permission, a file where a folder should be, a read-only file system, ...
+        raise CheckpointError(f"output folder {out_dir!r}: {e.strerror or e.__class__.__name__}"
+                              + (f" ({e.filename})" if e.filename and str(e.filename) != str(path) else "")) from None
+
+
+def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool) -> tuple[Path, RunLock]:
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"output path {out_dir!r} is a file")
     is_run = (path / "run.json").exists()
     if resume:
         if not is_run:
             raise CheckpointError(f"cannot resume: {out_dir!r} holds no paczero run")
-        return path
-    if path.exists() and any(path.iterdir()):
+        return path, RunLock(path)
+    entries = [p for p in path.iterdir() if p.name != RunLock.NAME] if path.exists() else []
+    if entries:
         if not overwrite:
             raise CheckpointError(f"output folder {out_dir!r} is not empty; pass --overwrite to replace an earlier run, or --resume to continue it")
         if not is_run:
@@ -186,11 +253,12 @@ def prepare_run_dir(out_dir: str, *, overwrite: bool, resume: bool) -> Path:
             marker = None
         if marker != MARKER:
             raise CheckpointError(f"refusing to overwrite {out_dir!r}: run.json is not a paczero marker")
-        shutil.rmtree(path)
-    if path.exists() and not path.is_dir():
-        raise CheckpointError(f"output path {out_dir!r} is a file")
+        lock = RunLock(path)  # never delete a run that is still being written
+        for entry in entries:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        return path, lock
     path.mkdir(parents=True, exist_ok=True)
-    return path
+    return path, RunLock(path)
 
 
 def truncate_jsonl(path: Path, keep_while) -> None:

@@ -238,23 +238,30 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     except ValueError as e:  # under torchrun the other ranks stop with this one (as in `paczero train`)
         stop_ranks(e, config.device)
     dp = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
+    lock = None
     try:
-        return _train(cfg, dp, log)
+        run_dir, lock = _claim_run_dir(cfg, dp)
+        if not dp.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
+            from paczero.distributed import follow
+            return follow(cfg, dp)
+        return _train(cfg, dp, run_dir, log)
     finally:
+        if lock is not None:
+            lock.release()
         dp.close()  # leave the process group this call joined: a process exiting in it may abort
 
 
-def _train(cfg: TrainConfig, dp, log) -> dict[str, Any]:
-    from paczero.distributed import follow, shared_settings
-    from paczero.models import check_model_source, compile_body, trainable_parameters
-    from paczero.subsets import private_generator
-    from paczero.zo import Perturber, stability_clip
+def _claim_run_dir(cfg: TrainConfig, dp):
+    """Rank 0's output folder, checked and locked (``(None, None)`` on the other ranks). The cheap checks
+    come first; under torchrun every rank learns of any rank's bad input (``dp.agree``)."""
+    from paczero.distributed import shared_settings
+    from paczero.models import check_model_source
 
-    problem, run_dir = None, None
-    try:  # cheap checks first; under torchrun every rank learns of any rank's bad input (dp.agree)
+    problem, run_dir, lock = None, None, None
+    try:
         check_model_source(cfg.model)
         if dp.is_main:
-            run_dir = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume)
+            run_dir, lock = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume)
             if cfg.resume:
                 saved = json.loads((run_dir / "run.json").read_text())["config"]
                 for key in RESUME_IDENTITY:
@@ -264,9 +271,20 @@ def _train(cfg: TrainConfig, dp, log) -> dict[str, Any]:
                         raise ConfigError(f"cannot resume: {key} differs from the original run{values}")
     except ValueError as e:
         problem = e
-    dp.agree("settings", shared_settings(cfg), problem)
-    if not dp.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
-        return follow(cfg, dp)
+    try:
+        dp.agree("settings", shared_settings(cfg), problem)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return run_dir, lock
+
+
+def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
+    from paczero.models import compile_body, trainable_parameters
+    from paczero.subsets import private_generator
+    from paczero.zo import Perturber, stability_clip
+
     t_setup = time.time()
     setup, fingerprint = build_together(cfg, dp, json.loads((run_dir / "run.json").read_text()) if cfg.resume
                                         else None)

@@ -258,3 +258,31 @@ def test_resume_with_other_data_under_the_same_settings_is_refused(reference, tm
     assert (out / "log.jsonl").read_text() == before
     (out / "run.json").write_text(json.dumps(record))
     assert main(_flags(out) + ["--resume"]) == 0
+
+
+def test_a_run_folder_in_use_is_neither_resumed_nor_overwritten(reference, tmp_path, capsys):
+    """While another process holds a run folder (here a process holding its lock, as a running
+    ``paczero train`` does), ``--resume`` and ``--overwrite`` stop with one line and exit code 2 and
+    change no file. Control: once that process is SIGKILLed the lock is gone with it, and the resume
+    runs."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from paczero.checkpoint import RunLock; "
+                               "lock = RunLock(sys.argv[1]); print('held', flush=True); sys.stdin.read()", str(out)],
+                              env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        files = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".paczero.lock"}
+        for extra in (["--resume"], ["--overwrite"]):
+            assert main(_flags(out) + extra) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.count("\n") == 0, err
+            assert err.startswith(f"paczero: error: run folder {str(out)!r} is in use by another paczero process "
+                                  f"(pid {holder.pid} on ")
+        assert {p: p.read_bytes() for p in sorted(out.rglob("*"))
+                if p.is_file() and p.name != ".paczero.lock"} == files
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main(_flags(out) + ["--resume"]) == 0

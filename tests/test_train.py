@@ -139,6 +139,27 @@ def test_never_overwrites_without_flag(tmp_path):
     assert (out / "notes.txt").read_text() == "precious"
 
 
+def test_an_output_path_that_is_no_folder_is_refused_in_one_line(tmp_path, capsys):
+    """A file as --out-dir, or under a file, or a folder that cannot be created: exit 2 and one line
+    (it was a NotADirectoryError traceback); the file is left as it was."""
+    (tmp_path / "notes.txt").write_text("precious")
+    flags = ["train", "--model", "tiny-llama", "--task", "demo", "--n-train", "16", "--steps", "1"]
+    for out, needle in ((tmp_path / "notes.txt", "is a file"), (tmp_path / "notes.txt" / "run", "Not a directory")):
+        assert main(flags + ["--out-dir", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith("paczero: error: ") and needle in err
+    assert (tmp_path / "notes.txt").read_text() == "precious"
+
+
+def test_a_folder_left_with_only_its_lock_takes_a_fresh_run(tmp_path):
+    """A run that died before writing run.json leaves its lock file alone: the folder counts as empty."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".paczero.lock").write_text("pid 1 on elsewhere")
+    summary = train(TrainConfig(**{**TINY, "steps": 1}, out_dir=str(out)), log=_quiet)
+    assert summary["privacy"]["steps"] == 1 and (out / "run.json").exists()
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["train", "--num-subsets", "7"], "even"),
     (["train", "--mechanism", "pac-mi"], "mi_budget"),
