@@ -46,10 +46,13 @@ if mode == "kill_in_checkpoint":   # SIGKILL after private.json of checkpoint `a
         if path.name == "private.json" and path.parent.name.startswith(".tmp-step-%06d" % at):
             os.kill(os.getpid(), signal.SIGKILL)
     ck.write_json = write_json
-elif mode in ("kill_mid_step", "term_mid_step"):   # lr_at runs after mechanism.step, before the update
-    _lr = tr.lr_at
+elif mode in ("kill_mid_step", "term_mid_step", "slurm_mid_step"):   # lr_at runs after mechanism.step,
+    _lr = tr.lr_at                                                      # before the update
     def lr_at(cfg, step):
-        if step == at:
+        if step == at and mode == "slurm_mid_step":  # SLURM's warning, then its time limit's SIGTERM
+            os.kill(os.getpid(), signal.SIGUSR2)
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif step == at:
             os.kill(os.getpid(), signal.SIGKILL if mode == "kill_mid_step" else signal.SIGTERM)
         return _lr(cfg, step)
     tr.lr_at = lr_at
@@ -159,6 +162,20 @@ def test_kill_and_resume_matches_uninterrupted_run(reference, tmp_path, capsys):
         p.send_signal(signal.SIGKILL)
     p.communicate(timeout=120)
     # 5. the last resume, in-process, finishes the run
+    assert main(_flags(out) + ["--resume"]) == 0
+    _assert_same_run(out, reference)
+
+
+def test_slurm_warning_then_time_limit_mid_step_checkpoints_and_resumes(reference, tmp_path):
+    """SLURM warns of a job's time limit or preemption with SIGUSR2 (submitit asks for it) and sends
+    SIGTERM at the limit. Both mid-step 4: the step finishes and is checkpointed (the SIGTERM does not
+    count as a second Ctrl-C), exit code 130; the resume ends where the uninterrupted run does.
+    Before, SIGUSR2 killed the run without a checkpoint."""
+    out = tmp_path / "run"
+    p = _spawn(tmp_path, out, "slurm_mid_step", 4)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr[-2000:]
+    assert "stopped at step 5" in stdout and (out / "checkpoints" / "step-000005").is_dir()
     assert main(_flags(out) + ["--resume"]) == 0
     _assert_same_run(out, reference)
 
