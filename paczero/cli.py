@@ -158,13 +158,17 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="override recipe keys for every cell, e.g. --set dtype=bf16 token_budget=16384")
     p.add_argument("--gpus", help="'auto' (every visible GPU) or '0,1': one cell per GPU in parallel")
     p.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
-    p.add_argument("--slurm", action="store_true", help="submit one single-GPU job per cell with submitit")
+    p.add_argument("--slurm", action="store_true", help="submit one SLURM job per cell (sbatch, through submitit)")
     p.add_argument("--partition", help="SLURM partition")
-    p.add_argument("--timeout-min", type=int, default=24 * 60, help="SLURM job time limit (minutes)")
-    p.add_argument("--cpus-per-task", type=int, default=8)
-    p.add_argument("--mem-gb", type=int, default=64)
+    p.add_argument("--timeout-min", type=int, help="SLURM job time limit in minutes (default 1440)")
+    p.add_argument("--gpus-per-node", type=int, help="GPUs per SLURM job (default 1; 0 for CPU jobs)")
+    p.add_argument("--cpus-per-task", type=int, help="CPUs per SLURM job (default 8)")
+    p.add_argument("--mem-gb", type=int, help="memory per SLURM job in GB (default 64)")
+    p.add_argument("--signal-delay-s", type=int, help="SLURM warns a job this long before its time limit; it "
+                   "checkpoints after its step and requeues itself to resume (default 300)")
+    p.add_argument("--max-requeues", type=int, help="time limits a cell's job may requeue itself after (default 20)")
     p.add_argument("--slurm-arg", nargs="+", action="extend", metavar="KEY=VALUE", default=[],
-                   help="extra sbatch parameters, e.g. --slurm-arg constraint=a100 account=myproj")
+                   help="other sbatch options, e.g. --slurm-arg constraint=a100 account=myproj exclude=n1,n2")
 
     p = sub.add_parser("report", help="tables (Markdown, CSV) and plots (PNG) of every run under a folder")
     p.add_argument("runs_dir", help="a folder holding runs (searched recursively for summary.json)")
@@ -249,12 +253,19 @@ def _cmd_recipes(ns) -> int:
 
 
 def _cmd_sweep(ns) -> int:
-    from paczero.sweep import parse_overrides, sweep
+    from paczero.sweep import parse_overrides, slurm_parameters, sweep
 
+    given = {k: v for k, v in (("partition", ns.partition), ("timeout_min", ns.timeout_min),
+                               ("gpus_per_node", ns.gpus_per_node), ("cpus_per_task", ns.cpus_per_task),
+                               ("mem_gb", ns.mem_gb), ("signal_delay_s", ns.signal_delay_s),
+                               ("max_requeues", ns.max_requeues)) if v is not None}
     slurm = None
     if ns.slurm:
-        slurm = {"partition": ns.partition, "timeout_min": ns.timeout_min, "cpus_per_task": ns.cpus_per_task,
-                 "mem_gb": ns.mem_gb, **(_parse_mapping(",".join(ns.slurm_arg)) if ns.slurm_arg else {})}
+        slurm = slurm_parameters(**given, extra=ns.slurm_arg)
+    elif given or ns.slurm_arg:
+        raise ConfigError(f"--{(list(given) or ['slurm_arg'])[0].replace('_', '-')} applies to SLURM jobs: add --slurm")
+    if ns.gpus is not None and ns.slurm:
+        raise ConfigError("--gpus runs cells on this machine's GPUs; with --slurm use --gpus-per-node")
     results = sweep(ns.recipes, ns.seeds, out_root=ns.out_root, overrides=parse_overrides(ns.overrides),
                     gpus=ns.gpus, slurm=slurm, dry_run=ns.dry_run)
     failed = [r for r in results if r["status"] in ("failed", "stopped")]

@@ -22,6 +22,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ from typing import Any, Callable
 
 import yaml
 
+from paczero.checkpoint import RunLock
 from paczero.config import ConfigError, TrainConfig, load_yaml
 
 #: status values in sweep.jsonl
@@ -59,9 +61,12 @@ class Cell:
         return self.out_root / self.recipe / f"seed{self.seed}.log"
 
     def state(self) -> str:
-        """``done`` (summary.json), ``killed`` (run.json, no summary) or ``new``."""
+        """``done`` (summary.json), ``running`` (another process holds the run folder), ``killed``
+        (run.json, no summary) or ``new``."""
         if (self.run_dir / "summary.json").exists():
             return "done"
+        if RunLock.held(self.run_dir):
+            return "running"
         if (self.run_dir / "run.json").exists():
             return "killed"
         return "new"
@@ -149,12 +154,48 @@ def _child_env(gpu: str | None) -> dict[str, str]:
 
 
 def run_command(cmd: list[str], log_path: str, gpu: str | None = None) -> int:
-    """Run one cell, its output appended to ``log_path``; the exit status (also the SLURM job function)."""
-    env = _child_env(gpu)
+    """Run one cell, its output appended to ``log_path``; the exit status."""
+    with _start(cmd, log_path, gpu) as proc:
+        return proc.wait()
+
+
+def _start(cmd: list[str], log_path: str, gpu: str | None = None) -> subprocess.Popen:
     with open(log_path, "a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
         log.flush()
-        return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env(gpu))
+
+
+class SlurmCell:
+    """The function of one cell's SLURM job (submitit pickles it and runs it on the node): the cell's
+    ``paczero train``, its output appended to the cell's log. SLURM warns of the time limit (and of a
+    preemption) with SIGUSR2, ``--signal-delay-s`` seconds ahead; the run then finishes its step and
+    writes a checkpoint, and :meth:`checkpoint` (submitit's requeue protocol) waits for that and has the
+    job requeued to continue with ``--resume``, up to ``--max-requeues`` time limits."""
+
+    def __init__(self, cell: Cell):
+        self.cell = cell
+        self._pid: int | None = None
+
+    def __call__(self, resume: bool) -> int:
+        with _start(train_command(self.cell, resume=resume), str(self.cell.log_path)) as proc:
+            self._pid = proc.pid
+            return proc.wait()
+
+    def checkpoint(self, resume: bool):
+        import submitit
+
+        if self._pid is not None:
+            try:  # SLURM may have signalled the whole job already; SIGUSR2 twice is still one clean stop
+                os.kill(self._pid, signal.SIGUSR2)
+                # wait for the run's checkpoint without reaping it (the waiting __call__ does that)
+                os.waitid(os.P_PID, self._pid, os.WEXITED | os.WNOWAIT)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        return submitit.helpers.DelayedSubmission(SlurmCell(self.cell), (self.cell.run_dir / "run.json").exists())
+
+    def __getstate__(self) -> dict:
+        return {"cell": self.cell, "_pid": None}
 
 
 def visible_gpus(spec: str | None) -> list[str] | None:
@@ -201,17 +242,29 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     """Run (or submit) every (recipe, seed) cell; return the final record of each cell.
 
     ``gpus``: None (one after another), ``"auto"`` or ``"0,1"`` (one worker per GPU).
-    ``slurm``: submitit parameters (``partition``, ``timeout_min``, ...) to submit one job per cell instead.
+    ``slurm``: the parameters of :func:`slurm_parameters`, to submit one SLURM job per cell instead.
+    A cell is skipped when it is finished, when another process is writing its folder, or when the
+    SLURM job a previous sweep submitted for it is still queued or running.
     """
     overrides = dict(overrides or {})
     cells = plan(patterns, seeds, out_root)
+    if slurm is not None and not dry_run:
+        _check_slurm()
     journal = _Journal(Path(out_root).expanduser() / "sweep.jsonl", echo)
+    queued = _queued_jobs(journal)
     todo: list[tuple[Cell, bool]] = []
     results: list[dict] = []
     for cell in cells:  # validate every config before starting anything
         state = cell.state()
         if state == "done":
             results.append(journal.write(cell, "skipped", reason="summary.json present"))
+            continue
+        if state == "running":
+            results.append(journal.write(cell, "skipped", reason="another process is writing the run folder"))
+            continue
+        if cell.run_dir in queued:
+            results.append(journal.write(cell, "skipped", reason=f"SLURM job {queued[cell.run_dir]} is still queued",
+                                         job_id=queued[cell.run_dir]))
             continue
         materialise(cell, overrides)
         todo.append((cell, state == "killed"))
@@ -251,25 +304,87 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     return results
 
 
-def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal) -> list[dict]:
-    """One single-GPU SLURM job per cell through submitit (imported only here)."""
+#: SLURM settings with a flag of their own in ``paczero sweep`` (``--slurm-arg`` may not set them)
+SLURM_FLAGS = {"partition": "--partition", "timeout_min": "--timeout-min", "time": "--timeout-min",
+               "signal": "--signal-delay-s", "requeue": "--max-requeues", "no_requeue": "--max-requeues",
+               "gpus_per_node": "--gpus-per-node", "gpus": "--gpus-per-node", "gres": "--gpus-per-node",
+               "cpus_per_task": "--cpus-per-task", "mem": "--mem-gb", "mem_gb": "--mem-gb"}
+
+
+def slurm_parameters(*, partition: str | None = None, timeout_min: int = 24 * 60, gpus_per_node: int = 1,
+                     cpus_per_task: int = 8, mem_gb: int = 64, signal_delay_s: int = 300, max_requeues: int = 20,
+                     extra: list[str] | None = None) -> dict[str, Any]:
+    """The checked parameters of one SLURM job per cell: submitit's own, plus ``extra`` sbatch options
+    given as ``KEY=VALUE`` strings (``constraint=a100``, ``exclude=node1,node2``, ``qos=high``).
+    ``signal_delay_s``: how long before the time limit SLURM warns the job (a step and a checkpoint
+    must fit); ``max_requeues``: how many time limits a cell's job may requeue itself after."""
+    for name, value, least in (("--timeout-min", timeout_min, 1), ("--gpus-per-node", gpus_per_node, 0),
+                               ("--cpus-per-task", cpus_per_task, 1), ("--mem-gb", mem_gb, 1),
+                               ("--signal-delay-s", signal_delay_s, 1), ("--max-requeues", max_requeues, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
+    additional: dict[str, str] = {}
+    for item in extra or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not key or not value.strip():
+            raise ConfigError(f"--slurm-arg expects KEY=VALUE (an sbatch option), got {item!r}")
+        if key in SLURM_FLAGS:
+            raise ConfigError(f"--slurm-arg {key}: use {SLURM_FLAGS[key]} for it")
+        additional[key] = value.strip()
+    if signal_delay_s >= timeout_min * 60:
+        raise ConfigError(f"--signal-delay-s ({signal_delay_s}) must be shorter than the time limit "
+                          f"(--timeout-min {timeout_min} = {timeout_min * 60} s)")
+    return {"slurm_partition": partition, "timeout_min": timeout_min, "gpus_per_node": gpus_per_node,
+            "cpus_per_task": cpus_per_task, "mem_gb": mem_gb, "name": "paczero",
+            "slurm_signal_delay_s": signal_delay_s, "slurm_max_num_timeout": max_requeues,
+            **({"slurm_additional_parameters": additional} if additional else {})}
+
+
+def _check_slurm() -> None:
     try:
-        import submitit
+        import submitit  # noqa: F401
     except ImportError:
         raise ConfigError("--slurm needs submitit: pip install 'paczero[slurm]' (or pip install submitit)") from None
+    if shutil.which("sbatch") is None:
+        raise ConfigError("--slurm needs SLURM's sbatch on PATH: run the sweep where jobs are submitted (a login node)")
+
+
+def _queued_jobs(journal: _Journal) -> dict[Path, str]:
+    """The run folders of cells whose latest submitted SLURM job is still in the queue (pending or running)."""
+    submitted: dict[Path, str] = {}
+    if journal.path.exists():
+        for line in journal.path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("status") == "submitted" and rec.get("job_id"):
+                submitted[Path(rec["run_dir"])] = str(rec["job_id"])
+    if not submitted or shutil.which("squeue") is None:
+        return {}
+    out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise ConfigError(f"squeue failed, so the sweep cannot tell which submitted cells are still queued: "
+                          f"{(out.stderr.strip().splitlines() or ['exit code %d' % out.returncode])[0]}")
+    live = set(out.stdout.split())
+    return {run_dir: job for run_dir, job in submitted.items() if job in live}
+
+
+def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal) -> list[dict]:
+    """One SLURM job per cell through submitit (imported only here), by sbatch, never a local fallback."""
+    import submitit
+
     if not todo:
         return []
     folder = todo[0][0].out_root / "slurm" / "%j"
-    executor = submitit.AutoExecutor(folder=str(folder))
     params = dict(params)
-    executor.update_parameters(
-        slurm_partition=params.pop("partition", None), timeout_min=params.pop("timeout_min", 24 * 60),
-        gpus_per_node=params.pop("gpus_per_node", 1), cpus_per_task=params.pop("cpus_per_task", 8),
-        mem_gb=params.pop("mem_gb", 64), name="paczero", **({"slurm_additional_parameters": params} if params else {}))
+    executor = submitit.AutoExecutor(folder=str(folder), cluster="slurm",
+                                     slurm_max_num_timeout=params.pop("slurm_max_num_timeout"))
+    executor.update_parameters(**params)
     records = []
     with executor.batch():
-        jobs = [executor.submit(run_command, train_command(c, resume=r), str(c.log_path))
-                for c, r in todo]
+        jobs = [executor.submit(SlurmCell(c), r) for c, r in todo]
     for (cell, resume), job in zip(todo, jobs):
         records.append(journal.write(cell, "submitted", job_id=str(job.job_id), resumed=resume,
                                      log=str(cell.log_path)))

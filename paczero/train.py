@@ -490,5 +490,6 @@ def _fmt(metrics: dict) -> str:
 def _progress(cfg: TrainConfig, start: int):
     from tqdm.auto import tqdm
 
+    # into a file (a sweep's cell log, a batch job's output) a line a minute, not ten a second
     return tqdm(total=cfg.steps, initial=start, disable=not cfg.progress, unit="step", dynamic_ncols=True,
-                file=sys.stderr)
+                file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 60.0)

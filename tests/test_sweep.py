@@ -2,14 +2,22 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from safetensors.torch import load_file
 
+from paczero.cli import main
 from paczero.config import ConfigError
-from paczero.sweep import Cell, expand_recipes, parse_overrides, plan, sweep, visible_gpus
+from paczero.sweep import (Cell, SlurmCell, expand_recipes, materialise, parse_overrides, plan, slurm_parameters, sweep,
+                           visible_gpus)
 
 TINY = ["model=tiny-llama", "task=demo", "n_train=16", "n_dev=8", "n_test=8", "steps=4", "eval_every=2",
         "num_subsets=4", "eval_zero_shot=false", "progress=false", "checkpoint_every=2", "track=ft"]
@@ -96,3 +104,91 @@ def test_failed_cell_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     res = sweep([str(bad)], [0], out_root=str(tmp_path / "runs"), overrides=parse_overrides(TINY[1:]),
                 echo=lambda s: None)
     assert [r["status"] for r in res] == ["failed"] and res[0]["returncode"] != 0
+
+
+# ---------------------------------------------------------------------------- SLURM
+def test_slurm_parameters_are_checked():
+    p = slurm_parameters(partition="gpu", timeout_min=60, gpus_per_node=0, extra=["exclude=n1,n2", "--qos=high"])
+    assert p["gpus_per_node"] == 0 and p["timeout_min"] == 60 and p["slurm_partition"] == "gpu"
+    assert p["slurm_additional_parameters"] == {"exclude": "n1,n2", "qos": "high"}  # commas stay in a value
+    assert p["slurm_signal_delay_s"] == 300 and p["slurm_max_num_timeout"] == 20
+    for bad, needle in [({"gpus_per_node": "0"}, "--gpus-per-node"), ({"timeout_min": 0}, "--timeout-min"),
+                        ({"mem_gb": -1}, "--mem-gb"), ({"extra": ["constraint"]}, "KEY=VALUE"),
+                        ({"extra": ["gpus_per_node=0"]}, "use --gpus-per-node"), ({"extra": ["time=10"]}, "--timeout-min"),
+                        ({"timeout_min": 5, "signal_delay_s": 300}, "shorter than the time limit")]:
+        with pytest.raises(ConfigError, match=needle):
+            slurm_parameters(**bad)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--partition", "gpu"], "--partition applies to SLURM jobs: add --slurm"),
+    (["--slurm-arg", "qos=high"], "--slurm-arg applies to SLURM jobs"),
+    (["--slurm", "--gpus", "auto"], "with --slurm use --gpus-per-node"),
+    (["--slurm", "--slurm-arg", "gpus_per_node=0"], "use --gpus-per-node"),
+    (["--slurm"], "needs SLURM's sbatch on PATH"),
+])
+def test_bad_slurm_flags_stop_before_anything_runs(tmp_path, monkeypatch, capsys, argv, needle):
+    """One line, exit code 2, nothing submitted and nothing run. Without sbatch, --slurm used to fall back
+    to submitit's local executor and run the cells on this machine."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch, squeue or srun
+    root = tmp_path / "runs"
+    assert main(["sweep", "headline/sst2-opt1.3b-ft-zpl", "--out-root", str(root)] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("paczero: error: ") and needle in err
+    assert not (root / "sweep.jsonl").exists() and not (root / "slurm").exists()
+
+
+def test_a_slurm_job_warned_of_its_time_limit_checkpoints_and_requeues_itself_to_resume(tmp_path):
+    """submitit's protocol, played here without SLURM: the job's process gets SIGUSR2 (SLURM's warning;
+    the handler stands in for submitit's, which calls ``checkpoint`` and exits). The cell's run stops
+    after its step with a checkpoint, ``checkpoint`` returns the requeued call (``--resume``), and that
+    call ends with the transcript and weights of the uninterrupted run (the same private seed)."""
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text("recipe: {name: tiny}\nmechanism: pac-mi\nmi_budget: 0.05\nlr: 0.001\nprivate_seed: 7\n")
+    overrides = parse_overrides(TINY + ["steps=40", "eval_every=20", "checkpoint_every=1000"])
+    reference = tmp_path / "reference"
+    sweep([str(recipe)], [0], out_root=str(reference), overrides=overrides, echo=lambda s: None)
+
+    cell = plan([str(recipe)], [0], tmp_path / "runs")[0]
+    materialise(cell, overrides)
+    job = SlurmCell(cell)
+    requeued = []
+
+    def submitit_handler(signum, frame):
+        requeued.append(job.checkpoint(False))
+        raise SystemExit(-1)
+
+    def warn_when_running():
+        while not (cell.run_dir / "log.jsonl").exists() or _lines(cell.run_dir / "log.jsonl") < 3:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+    old = signal.signal(signal.SIGUSR2, submitit_handler)
+    try:
+        threading.Thread(target=warn_when_running, daemon=True).start()
+        with pytest.raises(SystemExit):
+            job(False)
+    finally:
+        signal.signal(signal.SIGUSR2, old)
+    stopped = _lines(cell.run_dir / "log.jsonl")
+    assert 3 <= stopped < 40 and f"stopped at step {stopped}: checkpoint written" in cell.log_path.read_text()
+    assert (cell.run_dir / "checkpoints" / f"step-{stopped:06d}").is_dir()
+    (delayed,) = requeued
+    assert delayed.args == (True,) and delayed.function.cell == cell  # the requeued job resumes
+    assert delayed.result() == 0
+    ran, ref = cell.run_dir, reference / "tiny" / "seed0"
+    assert _transcript(ran) == _transcript(ref)
+    a, b = (load_file(str(d / "selected.safetensors")) for d in (ran, ref))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _lines(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def _transcript(run: Path) -> list[dict]:
+    recs = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    for r in recs:
+        r.pop("seconds")
+        r.pop("train_loss")  # a float32 diagnostic, summed in another order by another process
+    return recs
