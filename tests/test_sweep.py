@@ -192,3 +192,51 @@ def _transcript(run: Path) -> list[dict]:
         r.pop("seconds")
         r.pop("train_loss")  # a float32 diagnostic, summed in another order by another process
     return recs
+
+
+@pytest.mark.skipif(not os.environ.get("PACZERO_TEST_SLURM_PARTITION") or shutil.which("sbatch") is None,
+                    reason="needs a SLURM cluster: set PACZERO_TEST_SLURM_PARTITION (a CPU partition) where sbatch works")
+def test_on_a_real_slurm_cluster_a_warned_job_requeues_itself_and_finishes_the_run(tmp_path):
+    """Through sbatch: a cell's job, sent SLURM's warning (``scancel --signal=USR2``, what SLURM sends
+    ``--signal-delay-s`` before the time limit) mid-run, checkpoints, is requeued by submitit, resumes
+    and ends with the uninterrupted run's transcript and weights. A sweep started again while the job
+    is queued or running skips the cell. The out-root must be on a file system the nodes share."""
+    import subprocess
+
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text("recipe: {name: tiny}\nmechanism: pac-mi\nmi_budget: 0.05\nlr: 0.001\nprivate_seed: 7\n")
+    overrides = parse_overrides(TINY + ["steps=300", "eval_every=100", "checkpoint_every=1000"])
+    reference = tmp_path / "reference"
+    sweep([str(recipe)], [0], out_root=str(reference), overrides=overrides, echo=lambda s: None)
+    params = slurm_parameters(partition=os.environ["PACZERO_TEST_SLURM_PARTITION"], timeout_min=30, gpus_per_node=0,
+                              cpus_per_task=1, mem_gb=2)
+    root = tmp_path / "runs"
+    (submitted,) = sweep([str(recipe)], [0], out_root=str(root), overrides=overrides, slurm=params, echo=lambda s: None)
+    job = submitted["job_id"]
+    (again,) = sweep([str(recipe)], [0], out_root=str(root), overrides=overrides, slurm=params, echo=lambda s: None)
+    assert again["status"] == "skipped" and job in again["reason"]
+
+    def job_state() -> str:
+        out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i %T"], capture_output=True, text=True)
+        return dict(line.split() for line in out.stdout.splitlines()).get(job, "GONE")
+
+    cell = plan([str(recipe)], [0], root)[0]
+    deadline = time.time() + 600
+    while not (cell.run_dir / "log.jsonl").exists() or _lines(cell.run_dir / "log.jsonl") < 3:
+        assert time.time() < deadline and job_state() != "GONE", cell.log_path.read_text()[-2000:]
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    while job_state() not in ("PENDING", "GONE"):  # requeued (SLURM holds it back for a while)
+        assert time.time() < deadline
+        time.sleep(0.5)
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False)
+    while not (cell.run_dir / "summary.json").exists():
+        assert time.time() < deadline and job_state() != "GONE" or (cell.run_dir / "summary.json").exists(), \
+            cell.log_path.read_text()[-2000:]
+        time.sleep(0.5)
+    log = cell.log_path.read_text()
+    assert "checkpoint written; continue with --resume" in log and "resuming from step" in log
+    ran, ref = cell.run_dir, reference / "tiny" / "seed0"
+    assert _transcript(ran) == _transcript(ref)
+    a, b = (load_file(str(d / "selected.safetensors")) for d in (ran, ref))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
