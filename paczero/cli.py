@@ -16,7 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from paczero.config import ConfigError, TrainConfig, load_yaml
+from paczero.config import LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
 
 
 class UsageError(Exception):
@@ -67,15 +67,38 @@ def _none_or(kind):
     return parse
 
 
+#: choices named in the flags' help (checked by TrainConfig.validate, which names them again on bad input)
+_CHOICES = {"mechanism": MECHANISMS, "lr_schedule": LR_SCHEDULES}
+
+
+def _field_help() -> dict[str, str]:
+    """Each TrainConfig field's comment in its source (the one home of what a key means), for --help."""
+    import inspect
+    import re
+
+    try:
+        source = inspect.getsource(TrainConfig)
+    except (OSError, TypeError):  # no source shipped: flags without help text
+        return {}
+    found = re.findall(r"^    (\w+): [^=\n]+=[^#\n]*#\s*(.+)$", source, flags=re.M)
+    return {name: text.strip() for name, text in found}
+
+
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     hints = typing.get_type_hints(TrainConfig)
+    helps = _field_help()
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         hint = hints[f.name]
         args = typing.get_args(hint)
         base = next((a for a in args if a is not type(None)), hint) if args else hint
         optional = type(None) in args
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS}
+        default = f.default if f.default is not dataclasses.MISSING else None
+        text = helps.get(f.name, "")
+        if f.name in _CHOICES:
+            text = (text + "; " if text else "") + "one of " + ", ".join(_CHOICES[f.name])
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
+                              "help": (text + " " if text else "") + f"(default: {default})".replace("%", "%%")}
         if base is bool:
             kw["action"] = argparse.BooleanOptionalAction
         elif f.name == "verbalizer":

@@ -35,13 +35,13 @@ _RETIRED = frozenset({"paired_passes"})  # the doubled-batch ± forward, superse
 @dataclass
 class TrainConfig:
     # model
-    model: str = "smollm2-135m-instruct"
+    model: str = "smollm2-135m-instruct"    # hub id, local folder, or built in: smollm2-135m-instruct (offline), tiny-opt, tiny-llama, tiny-gpt2
     track: str = "lora"                      # "lora" | "ft"
     dtype: str = "fp32"                      # "fp32" | "bf16" | "fp16"
     device: str = "auto"                     # "auto" | "cpu" | "cuda" | "cuda:N"
     device_map: str | None = None            # e.g. "auto": shard a model too big for one GPU (needs accelerate)
-    lora_r: int = 8
-    lora_alpha: int = 16
+    lora_r: int = 8                          # LoRA rank r
+    lora_alpha: int = 16                     # LoRA scaling alpha
     lora_targets: list[str] | None = None    # None: peft's default (query/value projections)
     # task and data
     task: str = "demo"                       # "sst2" | "squad" | "demo"
@@ -51,45 +51,45 @@ class TrainConfig:
     verbalizer: dict[int, str] | None = None # classification label -> option text
     objective: str = "nll"                   # squad training loss: "nll" | "f1"
     n_train: int = 1000                      # |U|, the training universe
-    n_dev: int = 500
+    n_dev: int = 500                         # dev examples (model selection), drawn apart from U
     n_test: int | None = None                # None: the task's protocol (all of SST-2 validation, 1000 for SQuAD)
-    data_seed: int = 0
+    data_seed: int = 0                       # which examples are drawn for U, dev and test
     # mechanism
-    mechanism: str = "pac-zpl"
+    mechanism: str = "pac-zpl"               # what releases each step's bit or value
     num_subsets: int = 128                   # M
     mi_budget: float | None = None           # total MI in nats (pac-mi, hybrid)
     schedule: str = "adaptive"               # pac-mi allocation: "adaptive" | "uniform"
     switch_step: int | None = None           # hybrid: PAC-MI until this step, then the zero-MI tail
-    epsilon: float | None = None             # DP baselines
-    delta: float = 1e-5
-    dp_clip: float = 25.0
-    sample_rate: float = 0.064
+    epsilon: float | None = None             # DP baselines: target epsilon
+    delta: float = 1e-5                      # DP baselines: delta
+    dp_clip: float = 25.0                    # DP baselines: per-example clip of the scalar
+    sample_rate: float = 0.064               # DP baselines: Poisson sampling rate q
     accountant: str = "rdp"                  # "rdp" | "pld" (the other is reported too)
     batch_size: int | None = None            # mezo mini-batch (None: the whole universe)
     # optimisation
     steps: int = 1000                        # T
-    lr: float = 1e-3
-    lr_schedule: str = "constant"
-    weight_decay: float = 0.0
-    mu: float = 1e-3
+    lr: float = 1e-3                         # learning rate
+    lr_schedule: str = "constant"            # learning-rate schedule
+    weight_decay: float = 0.0                # decoupled weight decay per step
+    mu: float = 1e-3                         # perturbation scale of the two-point difference
     clip: float | None = None                # stability clip c (None: off)
     num_directions: int = 1                  # K
     # evaluation and selection
-    eval_every: int = 100
-    dev_best: bool = True
-    eval_zero_shot: bool = True
+    eval_every: int = 100                    # steps between dev evaluations
+    dev_best: bool = True                    # release the dev-best weights (post-processing) instead of the last
+    eval_zero_shot: bool = True              # evaluate the base model on dev and test first
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
     lockstep_batches: int = 1                # full FT: token budgets per sign whose + and - forwards share each draw of z (0: off)
     compile: bool = False                    # torch.compile the model body (LoRA, classification tasks)
     seed: int = 0                            # public seed: directions, init, data order
     private_seed: int | None = None          # tests and exact reproduction only; None draws from OS entropy
-    out_dir: str = "runs/paczero"
-    overwrite: bool = False
-    resume: bool = False
-    checkpoint_every: int = 50
-    progress: bool = True
-    max_new_tokens: int = 50
+    out_dir: str = "runs/paczero"            # the run folder (never overwritten without --overwrite)
+    overwrite: bool = False                  # replace an earlier paczero run in out_dir
+    resume: bool = False                     # continue the run in out_dir from its newest checkpoint
+    checkpoint_every: int = 50               # steps between checkpoints
+    progress: bool = True                    # a progress bar on stderr
+    max_new_tokens: int = 50                 # squad: the longest generated answer
 
     # ------------------------------------------------------------------
     @classmethod

@@ -294,3 +294,19 @@ def test_compiled_lora_step_sees_the_perturbation_and_the_update():
     assert (moved_eager - loss_eager).abs().max() > 1e-3  # the update moves the losses
     torch.testing.assert_close(moved_comp, moved_eager, rtol=1e-4, atol=1e-5)
     assert any(not torch.equal(a, p) for a, (_, p) in zip(start, trainable_parameters(lm.model, "lora")))
+
+
+def test_every_train_flag_says_what_it_means(capsys, monkeypatch):
+    """`paczero train --help` gives every config key's meaning (its comment in TrainConfig) and default."""
+    import dataclasses
+
+    from paczero.cli import _field_help
+
+    helps = _field_help()
+    missing = [f.name for f in dataclasses.fields(TrainConfig) if not helps.get(f.name)]
+    assert not missing, f"TrainConfig fields without a comment: {missing}"
+    monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a hyphenated name
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "one of pac-zpl, pac-mi, hybrid, mezo, dpzero, dp-aggzo," in out and "(default: 1000)" in out
