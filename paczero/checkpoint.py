@@ -173,9 +173,10 @@ class RunLock:
 
     NAME = ".paczero.lock"
 
-    def __init__(self, run_dir: Path):
+    def __init__(self, run_dir: Path, *, created: bool = False):
         self.path = Path(run_dir) / self.NAME
         self._fd: int | None = None
+        self._created = created  # this process made the folder: release() removes it if nothing was written
         try:
             import fcntl
         except ImportError:  # pragma: no cover - Windows
@@ -212,28 +213,37 @@ class RunLock:
         return False
 
     def release(self) -> None:
+        folder = self.path.parent
+        if self._created and self._fd is not None and [p.name for p in folder.iterdir()] == [self.NAME]:
+            self.path.unlink()  # a run that stopped before writing anything leaves no folder behind
+            folder.rmdir()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
 
-def prepare_run_dir(out_dir: str, *, overwrite: bool, resume: bool) -> tuple[Path, RunLock]:
+def prepare_run_dir(out_dir: str, *, overwrite: bool, resume: bool,
+                    reads: dict[str, str | None] | None = None) -> tuple[Path, RunLock]:
     """Check the output folder before any expensive work, never clobber a user's files, and claim it.
 
-    A fresh run needs an empty or absent folder. ``overwrite`` replaces an
-    earlier paczero run (and refuses a folder that is not one). ``resume``
-    needs an earlier run. A folder that another process holds (:class:`RunLock`)
-    is refused in every case. The caller releases the returned lock when done.
+    A fresh run needs an empty or absent folder. ``overwrite`` allows an earlier
+    paczero run there (and refuses a folder that is not one, or one holding an
+    input of this run: ``reads`` names them, e.g. ``{"data file": path}``); the
+    earlier run is deleted only by :func:`clear_run_dir`, once every input has
+    been read and checked. ``resume`` needs an earlier run. A folder that another
+    process holds (:class:`RunLock`) is refused in every case. The caller releases
+    the returned lock when done.
     """
     path = Path(out_dir).expanduser()
     try:
-        return _prepare_run_dir(path, out_dir, overwrite=overwrite, resume=resume)
+        return _prepare_run_dir(path, out_dir, overwrite=overwrite, resume=resume, reads=reads or {})
     except OSError as e:  # no permission, a file where a folder should be, a read-only file system, ...
         raise CheckpointError(f"output folder {out_dir!r}: {e.strerror or e.__class__.__name__}"
                               + (f" ({e.filename})" if e.filename and str(e.filename) != str(path) else "")) from None
 
 
-def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool) -> tuple[Path, RunLock]:
+def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool,
+                     reads: dict[str, str | None]) -> tuple[Path, RunLock]:
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"output path {out_dir!r} is a file")
     is_run = (path / "run.json").exists()
@@ -253,12 +263,22 @@ def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool)
             marker = None
         if marker != MARKER:
             raise CheckpointError(f"refusing to overwrite {out_dir!r}: run.json is not a paczero marker")
-        lock = RunLock(path)  # never delete a run that is still being written
-        for entry in entries:
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        return path, lock
+        inside = path.resolve()
+        for what, value in reads.items():
+            if value and inside in Path(value).expanduser().resolve().parents:
+                raise CheckpointError(f"refusing to overwrite {out_dir!r}: it holds this run's {what} ({value}); "
+                                      "move it out of the folder first")
+        return path, RunLock(path)  # never touch a run that is still being written
+    created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
-    return path, RunLock(path)
+    return path, RunLock(path, created=created)
+
+
+def clear_run_dir(path: Path) -> None:
+    """Delete the earlier run that ``--overwrite`` replaces (everything but this process's lock)."""
+    for entry in path.iterdir():
+        if entry.name != RunLock.NAME:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
 
 
 def truncate_jsonl(path: Path, keep_while) -> None:

@@ -45,7 +45,7 @@ class TrainConfig:
     lora_targets: list[str] | None = None    # None: peft's default (query/value projections)
     # task and data
     task: str = "demo"                       # "sst2" | "squad" | "demo"
-    data: str | None = None                  # local file (jsonl/csv/parquet/json) or hub dataset; None: the task's default
+    data: str | None = None                  # a local .jsonl/.json/.csv/.tsv/.parquet file, or "demo"; None: the task's dataset (SST-2, SQuAD: the hub's)
     columns: dict[str, str] | None = None    # map task fields to file columns, e.g. {"sentence": "text"}
     template: str | None = None              # classification prompt, with {sentence}
     verbalizer: dict[int, str] | None = None # classification label -> option text
@@ -200,15 +200,12 @@ class TrainConfig:
                  "verbalizer must map at least two labels to non-empty strings")
         if self.template is not None:
             need("{sentence}" in self.template, "template must contain {sentence}")
-        if self.data is not None and _looks_local(self.data):
+        if self.data is not None and self.data != "demo":
             p = Path(self.data).expanduser()
-            need(p.exists(), f"data file {self.data!r} does not exist")
-            need(p.is_dir() or os.access(p, os.R_OK), f"data file {self.data!r} is not readable")
+            need(p.is_file(), f"data file {self.data!r} does not exist" if not p.exists() else
+                 f"data {self.data!r} is not a file")
+            need(os.access(p, os.R_OK), f"data file {self.data!r} is not readable")
         return self
-
-
-def _looks_local(s: str) -> bool:
-    return s.startswith((".", "/", "~")) or Path(s).suffix.lower() in (".jsonl", ".json", ".csv", ".parquet")
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from paczero.checkpoint import (MARKER, CheckpointError, atomic_json, load_latest_checkpoint, prepare_run_dir,
-                                save_checkpoint, truncate_jsonl)
+from paczero.checkpoint import (MARKER, CheckpointError, atomic_json, clear_run_dir, load_latest_checkpoint,
+                                prepare_run_dir, save_checkpoint, truncate_jsonl)
 from paczero.config import ConfigError, TrainConfig
 from paczero.statement import privacy_statement_text, secret_source
 
@@ -244,6 +244,8 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         cfg = config.validate()
     except ValueError as e:  # under torchrun the other ranks stop with this one (as in `paczero train`)
         stop_ranks(e, config.device)
+    if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
+        cfg = cfg.replace(data=_resolved(cfg.data))
     dp = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     lock = None
     try:
@@ -258,6 +260,10 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         dp.close()  # leave the process group this call joined: a process exiting in it may abort
 
 
+def _resolved(path: str) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
 def _claim_run_dir(cfg: TrainConfig, dp):
     """Rank 0's output folder, checked and locked (``(None, None)`` on the other ranks). The cheap checks
     come first; under torchrun every rank learns of any rank's bad input (``dp.agree``)."""
@@ -268,9 +274,14 @@ def _claim_run_dir(cfg: TrainConfig, dp):
     try:
         check_model_source(cfg.model)
         if dp.is_main:
-            run_dir, lock = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume)
+            local_model = Path(cfg.model).expanduser()
+            run_dir, lock = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume,
+                                            reads={"data file": cfg.data if cfg.data != "demo" else None,
+                                                   "model": str(local_model) if local_model.exists() else None})
             if cfg.resume:
                 saved = json.loads((run_dir / "run.json").read_text())["config"]
+                if saved.get("data") not in (None, "demo"):  # recorded as given before paths were resolved
+                    saved["data"] = _resolved(saved["data"])
                 for key in RESUME_IDENTITY:
                     if saved.get(key) != json.loads(json.dumps(getattr(cfg, key))):
                         values = "" if key == "private_seed" else \
@@ -325,6 +336,8 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
             log(f"warning: the directions now come from {perturber.directions} ({was} in the original run): "
                 "the resumed steps follow other, equally public, directions")
     else:
+        if cfg.overwrite:  # every input is read and checked: only now is the earlier run deleted
+            clear_run_dir(run_dir)
         atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), "universe_size": n,
                                            "data_fingerprint": fingerprint, "secret_source": secret_source(cfg),
                                            "directions": perturber.directions})

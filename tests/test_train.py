@@ -139,6 +139,42 @@ def test_never_overwrites_without_flag(tmp_path):
     assert (out / "notes.txt").read_text() == "precious"
 
 
+def test_overwrite_deletes_the_earlier_run_only_once_every_input_is_checked(tmp_path, capsys):
+    """Bad input with --overwrite used to delete the earlier run first and fail after; now the run is
+    kept, whole, until the new one has read its data and model. A data file inside the folder that
+    --overwrite would delete is refused. The good overwrite replaces the run."""
+    out = tmp_path / "run"
+    train(TrainConfig(**{**TINY, "steps": 1}, out_dir=str(out)), log=_quiet)
+    (out / "MODEL_CARD.md").write_text("mine")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"sentence": f"s{i}", "label": "positive"}) + "\n" for i in range(40)))
+    inside = out / "data.jsonl"
+    inside.write_text("".join(json.dumps({"sentence": f"s{i}", "label": i % 2}) + "\n" for i in range(40)))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".paczero.lock"}
+    flags = ["train", "--model", "tiny-llama", "--task", "sst2", "--n-train", "16", "--n-dev", "8", "--n-test", "8",
+             "--steps", "1", "--no-progress", "--out-dir", str(out), "--overwrite"]
+    for data, needle in ((bad, "not an integer"), (tmp_path / "missing.tsv", "does not exist"),
+                         (inside, "holds this run's data file")):
+        assert main(flags + ["--data", str(data)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and needle in err, err
+        assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".paczero.lock"} == before
+    good = tmp_path / "good.jsonl"
+    good.write_bytes(inside.read_bytes())
+    assert main(flags + ["--data", str(good)]) == 0
+    assert not (out / "MODEL_CARD.md").exists() and not inside.exists()
+    assert json.loads((out / "run.json").read_text())["config"]["data"] == str(good.resolve())
+
+
+def test_a_run_that_fails_before_writing_leaves_no_folder_behind(tmp_path):
+    out = tmp_path / "never"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("".join(json.dumps({"sentence": f"s{i}", "label": "x"}) + "\n" for i in range(40)))
+    with pytest.raises(ValueError, match="not an integer"):
+        train(TrainConfig(**{**TINY, "task": "sst2"}, data=str(bad), out_dir=str(out)), log=_quiet)
+    assert not out.exists()
+
+
 def test_an_output_path_that_is_no_folder_is_refused_in_one_line(tmp_path, capsys):
     """A file as --out-dir, or under a file, or a folder that cannot be created: exit 2 and one line
     (it was a NotADirectoryError traceback); the file is left as it was."""
