@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -199,7 +200,15 @@ class TrainConfig:
                  and all(isinstance(v, str) and v for v in self.verbalizer.values()),
                  "verbalizer must map at least two labels to non-empty strings")
         if self.template is not None:
-            need("{sentence}" in self.template, "template must contain {sentence}")
+            allowed = ("title", "context", "question") if self.task == "squad" else ("sentence",)
+            try:
+                names = [name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None]
+            except ValueError as e:
+                raise ConfigError(f"template is not a format string ({e}); write literal braces as {{{{ and }}}}") from None
+            bad = next((name for name in names if name not in allowed), None)
+            need(bad is None, f"template may use {' '.join('{' + a + '}' for a in allowed)} only, not {{{bad}}}")
+            if self.task != "squad":
+                need("sentence" in names, "template must contain {sentence}")
         if self.data is not None and self.data != "demo":
             p = Path(self.data).expanduser()
             need(p.is_file(), f"data file {self.data!r} does not exist" if not p.exists() else

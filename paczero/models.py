@@ -189,6 +189,7 @@ def load_model(
     init_seed: int = 0,
     device_map: str | None = None,
     random_init: bool = False,
+    tokenizer=None,
 ) -> LoadedModel:
     """Load a causal LM for zeroth-order training, in eval mode with no gradients.
 
@@ -200,6 +201,7 @@ def load_model(
     parameter's own device. ``random_init`` builds the architecture from its
     config alone with seeded random weights (benchmarks of speed and memory:
     only ``config.json`` and the tokenizer are read, never the weights).
+    ``tokenizer``: the model's, from :func:`load_tokenizer`, when the caller has loaded it already.
     """
     from transformers import AutoModelForCausalLM
 
@@ -207,7 +209,7 @@ def load_model(
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     torch_dtype = DTYPES[dtype]
     name = canonical_name(name)
-    tokenizer = load_tokenizer(name)
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name)
     if random_init and name not in TINY_MODELS:
         model = _random_model(name, torch_dtype, init_seed, device if not device_map else "cpu")
     elif name in TINY_MODELS:

@@ -120,19 +120,18 @@ def build(cfg: TrainConfig, *, with_model: bool = True) -> Setup:
                                             n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns)
     if len(train_ex) < 2:
         raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
-    if with_model:
-        lm = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
-                        lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
-                        device_map=cfg.device_map)
-        model, tokenizer = lm.model, lm.tokenizer
-        if cfg.device_map:  # inputs go where the embeddings live
-            device = str(model.get_input_embeddings().weight.device)
-    else:
-        model, tokenizer = None, load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model)  # the prompts are built and checked (labels, template) before the model
     task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,
                       objective=cfg.objective, max_new_tokens=cfg.max_new_tokens)
-    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex,
-                 task.encode(train_ex), task.encode(dev_ex), task.encode(test_ex))
+    encoded = [task.encode(train_ex), task.encode(dev_ex), task.encode(test_ex)]
+    model = None
+    if with_model:
+        model = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
+                           lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
+                           device_map=cfg.device_map, tokenizer=tokenizer).model
+        if cfg.device_map:  # inputs go where the embeddings live
+            device = str(model.get_input_embeddings().weight.device)
+    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded)
 
 
 def data_fingerprint(setup: Setup) -> str:

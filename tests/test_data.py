@@ -107,6 +107,35 @@ def test_clear_errors(tmp_path):
         load_splits("sst2", source=write_rows(tmp_path / "d.jsonl", [{"a": 1}]).rename(tmp_path / "d.txt"))
 
 
+@pytest.mark.parametrize("name, content, needle", [
+    ("list.jsonl", '{"sentence": "a", "label": 1}\n["b", 0]\n', "list.jsonl line 2: expected an object of named fields, got a list"),
+    ("torn.jsonl", '{"sentence": "a", "label": 1}\n\n{"sentence": "b",\n', "torn.jsonl line 3: Expecting"),
+    ("strings.json", '["a", "b"]', "strings.json record 1: expected an object of named fields, got a str"),
+    ("none.jsonl", '{"sentence": "a", "label": 1}\n{"sentence": null, "label": 0}\n', "record 2: sentence is missing or empty"),
+    ("gone.jsonl", '{"sentence": "a", "label": 1}\n{"label": 0}\n', "record 2: sentence is missing or empty"),
+    ("blank.csv", "sentence,label\na,1\n,0\n", "record 2: sentence is missing or empty"),
+    ("float.jsonl", '{"sentence": "a", "label": 1.7}\n', "record 1: label 1.7 is not an integer"),
+    ("float.csv", "sentence,label\na,0.5\n", "record 1: label '0.5' is not an integer"),
+    ("commas.csv", "sentence,label\na,1\nb, with a comma,0\n", "commas.csv line 3: more fields than the header's 2"),
+])
+def test_a_malformed_file_is_one_error_naming_its_line_or_record(tmp_path, name, content, needle):
+    """Each was a traceback, a silent 'None' sentence or a truncated label before (the fourteenth
+    session's review); none echoes more of the user's text than a short label."""
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(ValueError) as info:
+        load_splits("sst2", source=path, n_train=1, n_dev=0, n_test=0)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_spreadsheet_exports_and_integral_float_labels_load(tmp_path):
+    """A CSV saved with a UTF-8 byte-order mark (Excel's "CSV UTF-8") and labels written 1.0."""
+    path = tmp_path / "excel.csv"
+    path.write_text("sentence,label\n" + "".join(f"s{i},{i % 2}.0\n" for i in range(10)), encoding="utf-8-sig")
+    train, _, _ = load_splits("sst2", source=path, n_train=6, n_dev=2, n_test=2)
+    assert {r["label"] for r in train} <= {0, 1} and all(r["sentence"].startswith("s") for r in train)
+
+
 def test_aliases():
     assert canonical_task("SST-2") == "sst2" and canonical_task("rajpurkar/squad") == "squad"
 

@@ -211,6 +211,12 @@ def test_a_folder_left_with_only_its_lock_takes_a_fresh_run(tmp_path):
     (["train", "--mi-budget", "nan", "--mechanism", "pac-mi"], "mi_budget"),
     (["train", "--track", "ft", "--compile"], "--track lora only"),
     (["train", "--task", "squad", "--compile"], "classification tasks only"),
+    (["train", "--template", "{sentence} Stars: {stars}. It was"], "may use {sentence} only, not {stars}"),
+    (["train", "--template", "{sentence} {} It was"], "not {}"),
+    (["train", "--template", "{sentence} { It was"], "not a format string"),
+    (["train", "--task", "squad", "--template", "{sentence}"], "{title} {context} {question} only"),
+    (["train", "--data", "./missing.tsv"], "does not exist"),
+    (["train", "--data", "imdb"], "does not exist"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(argv, needle, capsys):
     assert main(argv) == 2
@@ -346,3 +352,18 @@ def test_every_train_flag_says_what_it_means(capsys, monkeypatch):
         main(["train", "--help"])
     out = capsys.readouterr().out
     assert "one of pac-zpl, pac-mi, hybrid, mezo, dpzero, dp-aggzo," in out and "(default: 1000)" in out
+
+
+def test_labels_outside_the_verbalizer_stop_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    import paczero.models
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before the prompts were checked")
+
+    monkeypatch.setattr(paczero.models, "load_model", no_model)
+    path = tmp_path / "three.jsonl"
+    path.write_text("".join(json.dumps({"sentence": f"s{i}", "label": i % 3}) + "\n" for i in range(40)))
+    assert main(["train", "--model", "tiny-llama", "--task", "sst2", "--data", str(path), "--n-train", "16",
+                 "--n-dev", "8", "--n-test", "8", "--out-dir", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not in the verbalizer labels [0, 1]" in err and not (tmp_path / "o").exists()

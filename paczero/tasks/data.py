@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -105,35 +106,62 @@ def _load_hub(task, n_train, n_dev, n_test, seed):
 
 # -- local files ---------------------------------------------------------------------
 def read_records(path: Path) -> list[dict]:
-    """Rows of a ``.jsonl``/``.json``/``.csv``/``.tsv``/``.parquet`` file as dicts."""
+    """Rows of a ``.jsonl``/``.ndjson``/``.json``/``.csv``/``.tsv``/``.parquet`` file as dicts (a UTF-8
+    byte-order mark, as spreadsheet programs write, is allowed). Errors name the file's line or record."""
     if not path.is_file():
         raise ValueError(f"data file not found: {path}")
     suffix = path.suffix.lower()
     try:
         if suffix in (".jsonl", ".ndjson"):
-            with path.open(encoding="utf-8") as f:
-                return [json.loads(line) for line in f if line.strip()]
+            with path.open(encoding="utf-8-sig") as f:
+                return _records([(n, _json_line(path, n, line)) for n, line in enumerate(f, 1) if line.strip()],
+                                path, "line")
         if suffix == ".json":
-            text = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8-sig")
             try:
                 data = json.loads(text)
             except json.JSONDecodeError:  # JSON lines under a .json name
-                return [json.loads(line) for line in text.splitlines() if line.strip()]
+                return _records([(n, _json_line(path, n, line)) for n, line in enumerate(text.splitlines(), 1)
+                                 if line.strip()], path, "line")
             if isinstance(data, dict) and isinstance(data.get("data"), list):
                 data = data["data"]
             if not isinstance(data, list):
                 raise ValueError(f"{path}: expected a list of records (or {{'data': [...]}})")
-            return data
+            return _records(list(enumerate(data, 1)), path, "record")
         if suffix in (".csv", ".tsv"):
-            with path.open(encoding="utf-8", newline="") as f:
-                return list(csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ","))
+            with path.open(encoding="utf-8-sig", newline="") as f:
+                reader = csv.DictReader(f, delimiter="\t" if suffix == ".tsv" else ",")
+                rows = []
+                for row in reader:
+                    if None in row:  # more cells than the header has columns
+                        raise ValueError(f"{path} line {reader.line_num}: more fields than the header's "
+                                         f"{len(reader.fieldnames or [])} (a value with an unquoted "
+                                         f"{'tab' if suffix == '.tsv' else 'comma'}?)")
+                    rows.append(row)
+                return rows
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
             return pq.read_table(path).to_pylist()
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot read {path}: it is not UTF-8 text ({exc.reason}); save it as UTF-8") from None
+    except (OSError, csv.Error) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     raise ValueError(f"unsupported data file type {suffix!r} ({path}); use .jsonl, .json, .csv, .tsv or .parquet")
+
+
+def _json_line(path: Path, number: int, line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"cannot read {path} line {number}: {exc.msg} (column {exc.colno})") from None
+
+
+def _records(numbered: list[tuple[int, Any]], path: Path, unit: str) -> list[dict]:
+    for number, record in numbered:
+        if not isinstance(record, dict):
+            raise ValueError(f"{path} {unit} {number}: expected an object of named fields, got a {type(record).__name__}")
+    return [record for _, record in numbered]
 
 
 def _load_file(task, path, n_train, n_dev, n_test, seed, columns):
@@ -158,7 +186,7 @@ def _load_file(task, path, n_train, n_dev, n_test, seed, columns):
         if task == "squad":
             row["id"] = str(row["id"]) if row["id"] is not None else str(i)
             row["title"] = row["title"] if row["title"] is not None else ""
-        rows.append(_canonical(task, row, where=f"{path} row {i}"))
+        rows.append(_canonical(task, row, where=f"{path} record {i + 1}"))
 
     rng = np.random.default_rng(seed)
     splits = [str(r.get("split", "")).strip().lower() for r in records] if "split" in present else None
@@ -225,10 +253,13 @@ def _canonical(task: str, row: Mapping, where: str = "dataset row") -> dict:
     if task in ("sst2", "demo"):
         label = row["label"]
         try:
-            label = int(float(label)) if isinstance(label, str) else int(label)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}: label {label!r} is not an integer") from None
-        return {"sentence": str(row["sentence"]), "label": label}
+            number = float(label.strip()) if isinstance(label, str) else label
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            label = int(number)
+        except (TypeError, ValueError, OverflowError, AttributeError):
+            raise ValueError(f"{where}: label {_short(label)} is not an integer") from None
+        return {"sentence": _text(row["sentence"], "sentence", where), "label": label}
     answers = row["answers"]
     if isinstance(answers, Mapping):  # hub format {"text": [...], "answer_start": [...]}
         answers = answers.get("text")
@@ -244,7 +275,19 @@ def _canonical(task: str, row: Mapping, where: str = "dataset row") -> dict:
     return {
         "id": str(row["id"]),
         "title": str(row["title"]),
-        "context": str(row["context"]),
-        "question": str(row["question"]),
+        "context": _text(row["context"], "context", where),
+        "question": _text(row["question"], "question", where),
         "answers": answers,
     }
+
+
+def _text(value: Any, field: str, where: str) -> str:
+    """A text field: missing, null or blank is an error (it would otherwise train on the string 'None')."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or not str(value).strip():
+        raise ValueError(f"{where}: {field} is missing or empty")
+    return str(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else text[:20] + "...'"
