@@ -406,7 +406,9 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
     """Evaluate the dev-best (or final) weights on test, save the model, write summary.json."""
     cfg = setup.cfg
-    final_dev = evaluate(setup, setup.dev_enc)
+    final_dev = _recorded_dev(run_dir / "evals.jsonl", cfg.steps)  # the loop evaluated the final weights
+    if final_dev is None:
+        final_dev = evaluate(setup, setup.dev_enc)
     selected_step = cfg.steps
     if cfg.dev_best and best is not None and (run_dir / "best" / "weights.safetensors").exists() \
             and best["step"] != cfg.steps:
@@ -443,6 +445,21 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
     log(summary["privacy_text"])
     return summary
+
+
+def _recorded_dev(path: Path, step: int) -> dict | None:
+    """The dev metrics evals.jsonl holds for ``step`` (None if it holds none)."""
+    if not path.exists():
+        return None
+    found = None
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("step") == step:
+            found = record.get("dev")
+    return found
 
 
 def _save_best(run_dir: Path, params) -> None:

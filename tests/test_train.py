@@ -367,3 +367,18 @@ def test_labels_outside_the_verbalizer_stop_before_the_model_loads(tmp_path, mon
                  "--n-dev", "8", "--n-test", "8", "--out-dir", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not in the verbalizer labels [0, 1]" in err and not (tmp_path / "o").exists()
+
+
+def test_the_final_weights_are_evaluated_on_dev_once(tmp_path, monkeypatch):
+    """finish() takes the last step's dev metrics from evals.jsonl instead of a second pass over dev
+    (costly on SQuAD, which decodes); an evaluation per eval_every, and one on test."""
+    import paczero.train as tr
+
+    calls = []
+    real = tr.evaluate
+    monkeypatch.setattr(tr, "evaluate", lambda setup, enc: calls.append(len(enc)) or real(setup, enc))
+    out = tmp_path / "run"
+    summary = train(TrainConfig(**TINY, out_dir=str(out)), log=_quiet)  # 4 steps, dev every 2
+    assert calls == [8, 8, 8]  # dev at steps 2 and 4, then test
+    last = json.loads((out / "evals.jsonl").read_text().splitlines()[-1])
+    assert last["step"] == 4 and summary["final_dev"] == last["dev"]
