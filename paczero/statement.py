@@ -44,9 +44,67 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
             f"The guarantee is over the candidate-set distribution Unif{{S_1..S_{statement.get('num_subsets')}}} of "
             f"subsets of the {cfg.n_train}-example universe (each example in half of them); unanimity rate "
             f"{statement.get('unanimity_rate', 0.0):.1%} of {statement.get('steps')} steps.")
+        lines.append(
+            "What it protects: which of the candidate subsets (so which examples of the universe) trained the model. "
+            "It assumes the adversary knows the universe itself (which records are in it and what they say), the "
+            "candidate subsets, the base model and the mechanism; those are not protected.")
     src = statement.get("secret_source", secret_source(cfg))
     if src != "os-entropy":
         lines.append(f"WARNING: secret randomness from a {src}.")
-    lines.append("Dev-best selection reads only dev metrics: post-processing, no privacy cost."
+    lines.append(f"Dev-best selection reads only dev metrics: post-processing, no cost to the guarantee above; the "
+                 f"{cfg.n_dev} dev examples that choose the released step are not covered by it."
                  if cfg.dev_best else "Final weights released (no selection).")
     return "\n".join(lines)
+
+
+def model_card(summary: dict[str, Any]) -> str:
+    """A model card (README.md, Hugging Face format) for a run's released model: what was trained, how,
+    its metrics and the privacy statement in words."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    cfg = summary["config"]
+    try:
+        made_by = f"paczero {version('paczero')}"
+    except PackageNotFoundError:  # pragma: no cover - a source checkout that is not installed
+        made_by = "paczero"
+    metric = summary.get("metric", "accuracy")
+    base = cfg["model"]
+    track = "LoRA adapters (peft)" if cfg["track"] == "lora" else "full fine-tuning (every weight)"
+
+    def score(split: dict | None) -> str:
+        return "n/a" if not split or split.get(metric) is None else f"{split[metric]:.4f}"
+
+    rows = [f"| fine-tuned (weights of step {summary.get('selected_step')}) | {score(summary.get('dev'))} | "
+            f"{score(summary.get('test'))} |"]
+    if summary.get("zero_shot"):
+        rows.insert(0, f"| zero-shot {base} | {score(summary['zero_shot'].get('dev'))} | "
+                       f"{score(summary['zero_shot'].get('test'))} |")
+    data = {"sst2": "SST-2 (stanfordnlp/sst2)", "squad": "SQuAD v1.1 (rajpurkar/squad)",
+            "demo": "the paczero demo sentiment set"}.get(cfg["task"], cfg["task"])
+    if cfg.get("data") not in (None, "demo"):
+        data = "a local data file"  # its path may say more than a public card should
+    front = ["---", f"base_model: {base}" if "/" in base else None, "library_name: " + ("peft" if cfg["track"] == "lora"
+                                                                                         else "transformers"),
+             "tags:", "- paczero", "- pac-privacy" if cfg["mechanism"] in ("pac-zpl", "pac-mi", "hybrid") else None,
+             "- zeroth-order", "---"]
+    return "\n".join([line for line in front if line is not None] + [
+        "",
+        f"# {base}, fine-tuned with {cfg['mechanism']} ({made_by})",
+        "",
+        f"- Base model: `{base}`; trained: {track}, dtype {cfg['dtype']}.",
+        f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
+        f"examples (selection), test as reported below.",
+        f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
+        f"mu {cfg['mu']:g}, public seed {cfg['seed']}.",
+        "",
+        f"| | dev {metric} | test {metric} |",
+        "|---|---|---|",
+        *rows,
+        "",
+        "## Privacy",
+        "",
+        summary["privacy_text"],
+        "",
+        "The numbers behind this statement are in `summary.json` (`privacy`) of the run that produced this model.",
+        "",
+    ])

@@ -31,7 +31,7 @@ import torch
 from paczero.checkpoint import (MARKER, CheckpointError, atomic_json, clear_run_dir, load_latest_checkpoint,
                                 prepare_run_dir, save_checkpoint, truncate_jsonl)
 from paczero.config import ConfigError, TrainConfig
-from paczero.statement import privacy_statement_text, secret_source
+from paczero.statement import model_card, privacy_statement_text, secret_source
 
 #: config fields that a resumed run must share with the original (privacy and data identity)
 RESUME_IDENTITY = ("model", "track", "dtype", "lora_r", "lora_alpha", "lora_targets", "task", "data", "columns",
@@ -440,6 +440,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "seconds_per_step": seconds / cfg.steps,
     }
     atomic_json(run_dir / "summary.json", summary)
+    (run_dir / "model" / "README.md").write_text(model_card(summary))  # in place of peft's empty template
     if zero_shot:
         log(f"zero-shot  test {_fmt(zero_shot['test'])}")
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")

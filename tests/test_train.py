@@ -382,3 +382,16 @@ def test_the_final_weights_are_evaluated_on_dev_once(tmp_path, monkeypatch):
     assert calls == [8, 8, 8]  # dev at steps 2 and 4, then test
     last = json.loads((out / "evals.jsonl").read_text().splitlines()[-1])
     assert last["step"] == 4 and summary["final_dev"] == last["dev"]
+
+
+def test_the_released_model_carries_a_model_card_with_the_privacy_statement(tmp_path):
+    """model/README.md: peft's empty template replaced by what was trained, the metrics and the
+    privacy statement in words; a local data file is not named (its path may be private)."""
+    data = tmp_path / "patients-2026.jsonl"
+    data.write_text("".join(json.dumps({"sentence": f"s{i}", "label": i % 2}) + "\n" for i in range(40)))
+    out = tmp_path / "run"
+    summary = train(TrainConfig(**{**TINY, "task": "sst2"}, data=str(data), out_dir=str(out)), log=_quiet)
+    card = (out / "model" / "README.md").read_text()
+    assert summary["privacy_text"] in card and "Model Card for Model ID" not in card
+    assert "patients" not in card and "a local data file" in card
+    assert "the universe itself" in summary["privacy_text"] and "8 dev examples" in summary["privacy_text"]
