@@ -2,18 +2,22 @@
 
 A run directory holds::
 
-    run.json            public: paczero marker, resolved config, privacy fingerprint
+    .paczero.lock       held (flock) by the process writing the folder (RunLock)
+    run.json            public: paczero marker, resolved config, data fingerprint, secret source, directions
     log.jsonl           one public record per step (the transcript and diagnostics)
     evals.jsonl         one record per evaluation
     checkpoints/step-NNNNNN/
         weights.safetensors   trainable parameters only (LoRA: the adapters)
-        public.json           step, dev-best bookkeeping, log length
+        public.json           step, dev-best bookkeeping, zero-shot metrics, seconds so far
         private.json          mode 0600: mechanism state (secret index, posterior,
                               design, private generator state)
         manifest.json         sha256 of each file above
     best/weights.safetensors  dev-best trainable weights (selection reads dev metrics only)
-    model/                    the final (dev-best) model, save_pretrained format
+    selected.safetensors      the released trainable weights (dev-best, or final)
+    model/                    the released model, save_pretrained format, with a model card (README.md)
     summary.json        config, metrics, privacy statement
+
+Every field is described in docs/outputs.md.
 
 A checkpoint is written into a temporary folder and renamed into place, so a
 crash leaves either the old or the new checkpoint, never half of one. Loading

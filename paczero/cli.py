@@ -254,6 +254,8 @@ def _cmd_privacy(ns) -> int:
         print(f"MI budget        {mi:.6g} nats")
         print(f"MIA success <=   {bound:.4f}  (prior 0.5; PAC Privacy, eq. pac_mi_bound)")
         print(f"matched DP eps   {eps:.4g}  (delta={ns.delta:g}; same MIA bound, a reference point only, not DP)")
+        if bound > 0.99995:
+            print("note: a bound of 1 says nothing: at this MI (or epsilon) the informed adversary may succeed always")
     return 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
         values.update(resume=False, overwrite=False)
         cfg = TrainConfig.from_dict(values).validate()
     else:
+        if path.is_dir() and not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
+            raise ConfigError(f"{target!r} is neither a paczero run folder (no run.json) nor a model folder "
+                              "(no config.json)")
         # a plain model: no training universe is needed, only dev/test (dev 100 unless --n-dev says otherwise)
         cfg = TrainConfig.from_dict({"model": target, "track": "ft", "n_train": 2, "n_dev": 100,
                                      "eval_zero_shot": False, **overrides}).validate()
@@ -42,7 +46,7 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
             load_trainable(params, load_file(str(selected)))
             source = "selected weights"
         else:
-            found = load_latest_checkpoint(path)
+            found = load_latest_checkpoint(path, warn=lambda text: print(text, file=sys.stderr))  # stdout: JSON
             if found is None:
                 raise ConfigError(f"run {target!r} has neither selected weights nor a checkpoint")
             load_trainable(params, found[1])

@@ -72,8 +72,8 @@ def _first_line(e: BaseException) -> str:
 
 
 def _looks_like_hub_id(name: str) -> bool:
-    parts = name.split("/")
-    return len(parts) == 2 and all(parts) and not Path(name).exists()
+    parts = name.split("/")  # "org/name", unless "org" is a folder here ("runs/mine" is a path)
+    return len(parts) == 2 and all(parts) and not Path(name).exists() and not Path(parts[0]).expanduser().is_dir()
 
 
 def _smollm2_folder() -> Path:

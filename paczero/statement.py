@@ -11,8 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def secret_source(cfg) -> str:
-    """Where the secret randomness came from (a fixed private seed voids the guarantee)."""
+def secret_source(cfg, private: bool = True) -> str:
+    """Where the secret randomness came from (a fixed private seed voids the guarantee); ``private``:
+    whether the mechanism makes a privacy claim (a non-private reference has no secret)."""
+    if not private:
+        return "none (a non-private reference)"
     if cfg.private_seed is None:
         return "os-entropy"
     return "fixed-seed (reproduction/testing only: the secret is not secret)"
@@ -48,8 +51,8 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
             "What it protects: which of the candidate subsets (so which examples of the universe) trained the model. "
             "It assumes the adversary knows the universe itself (which records are in it and what they say), the "
             "candidate subsets, the base model and the mechanism; those are not protected.")
-    src = statement.get("secret_source", secret_source(cfg))
-    if src != "os-entropy":
+    src = statement.get("secret_source", secret_source(cfg, statement.get("private") is not False))
+    if statement.get("private") is not False and src != "os-entropy":
         lines.append(f"WARNING: secret randomness from a {src}.")
     lines.append(f"Dev-best selection reads only dev metrics: post-processing, no cost to the guarantee above; the "
                  f"{cfg.n_dev} dev examples that choose the released step are not covered by it."

@@ -338,7 +338,8 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
         if cfg.overwrite:  # every input is read and checked: only now is the earlier run deleted
             clear_run_dir(run_dir)
         atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), "universe_size": n,
-                                           "data_fingerprint": fingerprint, "secret_source": secret_source(cfg),
+                                           "data_fingerprint": fingerprint,
+                                           "secret_source": secret_source(cfg, _claims_privacy(mechanism)),
                                            "directions": perturber.directions})
     log(f"paczero: {cfg.mechanism} on {cfg.task} ({n} examples, {cfg.track}, {cfg.model}); "
         f"{len(full_batches)} micro-batches; setup {time.time() - t_setup:.1f}s")
@@ -370,10 +371,12 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
             perturber.apply_update(step, [r.coef for r in releases], lr, cfg.weight_decay)
             dt = time.time() - t0
             cum_time += dt
+            seconds = dt
             if idx is not None and cfg.mechanism in ("dpzero", "dp-aggzo"):
-                # a Poisson-sampled batch is private: its size and its loss are not in the DP analysis
-                train_loss, rows = None, None
-            record = _step_record(step, releases, mechanism, lr, train_loss, dt, rows)
+                # a Poisson-sampled batch is private: its size, its loss and the step's time (which grows with
+                # its size) are not in the DP analysis
+                train_loss, rows, seconds = None, None, None
+            record = _step_record(step, releases, mechanism, lr, train_loss, seconds, rows)
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
 
@@ -423,7 +426,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     setup.model.save_pretrained(run_dir / "model")
     setup.tokenizer.save_pretrained(run_dir / "model")
     statement = mechanism.privacy_statement()
-    statement["secret_source"] = secret_source(cfg)
+    statement["secret_source"] = secret_source(cfg, _claims_privacy(mechanism))
     statement["dev_best_selection"] = ("post-processing: selection reads only dev metrics and costs no privacy"
                                        if cfg.dev_best else "off (final weights)")
     summary = {
@@ -504,9 +507,13 @@ def _step_record(step, releases, mechanism, lr, train_loss, seconds, rows) -> di
         "lr": lr,
         "train_loss": train_loss,
         "rows": rows,
-        "seconds": round(seconds, 4),
+        "seconds": None if seconds is None else round(seconds, 4),
     }
     return rec
+
+
+def _claims_privacy(mechanism) -> bool:
+    return mechanism.privacy_statement().get("private") is not False
 
 
 def _num(x: float):

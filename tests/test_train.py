@@ -46,8 +46,12 @@ def test_every_mechanism_runs_end_to_end(tmp_path, mechanism, extra):
     if mechanism == "pac-mi":
         assert 0 < stmt["mi_spent"] <= 0.05
         assert abs(recs[-1]["cum_mi"] - stmt["mi_spent"]) < 1e-15
-    if mechanism in ("dpzero", "dp-aggzo"):  # the private Poisson batch is not logged
+    if mechanism in ("dpzero", "dp-aggzo"):  # the private Poisson batch is not logged, nor the time it took
         assert all(r["rows"] is None and r["train_loss"] is None for r in recs)
+        raw = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+        assert all(r["seconds"] is None for r in raw)
+    if stmt.get("private") is False:
+        assert stmt["secret_source"] == "none (a non-private reference)" and "WARNING" not in summary["privacy_text"]
     if mechanism == "pac-zpl":
         assert stmt["mi_spent"] == 0.0 and stmt["mia_bound"] == 0.5
         assert all(r["branch"] in ("unanimous", "coin") for r in recs)
