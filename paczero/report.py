@@ -3,10 +3,14 @@
     paczero report runs/            # writes runs/report/{report.md, runs.csv, cells.csv, plots/*.png}
 
 Every folder under RUNS_DIR holding a ``summary.json`` is a run. Runs are grouped
-into cells by their folder: ``RUNS_DIR/<recipe>/seed<k>/`` (the layout of
-``paczero sweep``) belongs to cell ``<recipe>``; a cell's numbers are the mean
-and sample standard deviation (ddof = 1, as in the paper) over its seeds, with
-n. Metrics are reported in percent (accuracy for SST-2, F1 for SQuAD).
+into cells by the recipe ``paczero sweep`` recorded beside them (``seed<k>.yaml``),
+else by their folder: ``RUNS_DIR/<recipe>/seed<k>/`` belongs to cell ``<recipe>``.
+Runs of one recipe whose settings differ (other than :data:`EXECUTION_KEYS`: seed,
+device, batching, ...) are separate cells, named with the differing keys; a cell
+whose settings differ from its shipped recipe says which, next to the paper's
+figure. A cell's numbers are the mean and sample standard deviation (ddof = 1, as
+in the paper) over its seeds, with n. Metrics are reported in percent (accuracy
+for SST-2, F1 for SQuAD).
 
 Tables follow the paper where the cell's table is known (the first component
 of a shipped recipe name): ``headline`` (track x method rows, task x model
@@ -36,7 +40,7 @@ RUN_COLUMNS = ["cell", "table", "seed", "task", "model", "track", "mechanism", "
                "epsilon_pld", "delta", "noise_multiplier", "sample_rate", "seconds_per_step", "run_dir"]
 CELL_COLUMNS = ["cell", "table", "method", "task", "model", "track", "steps", "n", "seeds", "test_mean", "test_std",
                 "dev_mean", "dev_std", "unanimity_mean", "mi_spent_max", "mia_bound_max", "paper_test", "paper_std",
-                "paper_n"]
+                "paper_n", "recipe_changed"]
 
 
 # ---------------------------------------------------------------------------- loading
@@ -84,11 +88,26 @@ def find_runs(runs_dir: str | Path, *, exclude: Path | None = None) -> list[Run]
             continue
         if "config" not in summary:
             continue
-        rel = run_dir.relative_to(root)
-        cell_path = rel.parent if re.fullmatch(r"seed\d+", rel.name) and rel.parent != Path(".") else rel
-        cell = str(cell_path) if str(cell_path) != "." else run_dir.name
+        cell = _recorded_recipe(run_dir)
+        if cell is None:
+            rel = run_dir.relative_to(root)
+            cell_path = rel.parent if re.fullmatch(r"seed\d+", rel.name) and rel.parent != Path(".") else rel
+            cell = str(cell_path) if str(cell_path) != "." else run_dir.name
         runs.append(Run(cell, cell.split("/")[0] if "/" in cell else "other", run_dir, summary))
     return sorted(runs, key=lambda r: (r.cell, r.cfg.get("seed", 0)))
+
+
+def _recorded_recipe(run_dir: Path) -> str | None:
+    """The recipe a sweep ran in ``run_dir``: the name in the header of its ``seed<k>.yaml`` beside it."""
+    import yaml
+
+    materialised = run_dir.with_name(run_dir.name + ".yaml")
+    try:
+        header = (yaml.safe_load(materialised.read_text()) or {}).get("recipe") or {}
+    except (OSError, ValueError, yaml.YAMLError, AttributeError):
+        return None
+    name = header.get("name") if isinstance(header, dict) else None
+    return str(name) if name else None
 
 
 def load_paper_results(path: Path = PAPER_RESULTS) -> list[dict]:
@@ -139,13 +158,26 @@ def model_label(model: str) -> str:
     return f"{m.group(1)}B" if m else model.split("/")[-1]
 
 
+#: config keys that say where and how a run was executed, not what it measures: runs that differ only in
+#: these pool into one cell (the seed is what a cell's runs differ in)
+EXECUTION_KEYS = frozenset({"seed", "private_seed", "out_dir", "overwrite", "resume", "progress", "device",
+                            "device_map", "token_budget", "lockstep_batches", "compile", "checkpoint_every", "data"})
+
+
+def experiment(cfg: dict) -> dict:
+    return {k: v for k, v in cfg.items() if k not in EXECUTION_KEYS}
+
+
 @dataclass
 class Cell:
-    """The runs of one recipe (one cell of a table), over seeds."""
+    """The runs of one recipe (one cell of a table), over seeds, all with the same settings.
+    ``changed``: the keys whose values differ from the shipped recipe of the same name (its paper figure is
+    then a reference for another experiment)."""
     name: str
     table: str
     runs: list[Run] = field(default_factory=list)
     paper: dict | None = None
+    changed: list[str] = field(default_factory=list)
 
     @property
     def cfg(self) -> dict:
@@ -162,7 +194,8 @@ class Cell:
         s = fmt_ms(*self.stat(what))
         if paper and self.paper and what == "test" and self.paper.get("reported_test"):
             std = self.paper.get("std")
-            s += f" [paper {float(self.paper['reported_test']):.2f}" + (f" ± {float(std):.2f}" if std else "") + "]"
+            s += f" [paper {float(self.paper['reported_test']):.2f}" + (f" ± {float(std):.2f}" if std else "")
+            s += (f"; recipe changed: {', '.join(self.changed)}]" if self.changed else "]")
         return s
 
 
@@ -171,12 +204,35 @@ def _pct(v: Any) -> float | None:
 
 
 def group_cells(runs: list[Run], paper_rows: list[dict]) -> list[Cell]:
+    """One cell per recipe and settings: runs of one recipe with other settings (a sweep re-run with other
+    ``--set`` values) are separate cells, named with the keys that tell them apart."""
     by_recipe = {r["recipe"]: r for r in paper_rows if r.get("recipe")}
-    cells: dict[str, Cell] = {}
+    variants: dict[str, dict[str, list[Run]]] = defaultdict(dict)
     for run in runs:
-        cell = cells.setdefault(run.cell, Cell(run.cell, run.table, paper=by_recipe.get(run.cell)))
-        cell.runs.append(run)
-    return list(cells.values())
+        variants[run.cell].setdefault(json.dumps(experiment(run.cfg), sort_keys=True, default=str), []).append(run)
+    cells = []
+    for name, groups in variants.items():
+        configs = [experiment(g[0].cfg) for g in groups.values()]
+        differing = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str)
+                                                                     for c in configs}) > 1)
+        changed = _changed_from_recipe(name, configs[0]) if len(configs) == 1 else None
+        for group, cfg in zip(groups.values(), configs):
+            label = name if not differing else f"{name} [{' '.join(f'{k}={cfg.get(k)}' for k in differing)}]"
+            cells.append(Cell(label, group[0].table, group, paper=by_recipe.get(name),
+                              changed=changed if changed is not None else _changed_from_recipe(name, cfg)))
+    return cells
+
+
+def _changed_from_recipe(name: str, cfg: dict) -> list[str]:
+    """The keys a shipped recipe ``name`` sets that ``cfg`` holds with another value ([] for no such recipe)."""
+    from paczero.cli import list_recipes, recipes_root
+    from paczero.config import load_yaml
+
+    if name not in list_recipes():
+        return []
+    recipe = load_yaml(recipes_root() / f"{name}.yaml")
+    return sorted(k for k, v in recipe.items()
+                  if k not in EXECUTION_KEYS and json.dumps(cfg.get(k), default=str) != json.dumps(v, default=str))
 
 
 # ---------------------------------------------------------------------------- tables
@@ -474,7 +530,8 @@ def cell_row(c: Cell) -> dict[str, Any]:
             "seeds": " ".join(str(r.cfg.get("seed")) for r in c.runs), "test_mean": t[0], "test_std": t[1],
             "dev_mean": d[0], "dev_std": d[1], "unanimity_mean": u[0], "mi_spent_max": max(mis) if mis else None,
             "mia_bound_max": max(mias) if mias else None, "paper_test": p.get("reported_test") or None,
-            "paper_std": p.get("std") or None, "paper_n": p.get("n") or None}
+            "paper_std": p.get("std") or None, "paper_n": p.get("n") or None,
+            "recipe_changed": " ".join(c.changed) or None}
 
 
 def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
@@ -520,12 +577,21 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     md = [f"# paczero report: {root}", "",
           f"{len(runs)} runs in {len(cells)} cells. Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test "
           "split, at the dev-selected weights; mean ± sample std (ddof = 1) over seeds, with n."
-          + (" [paper ...]: the paper's published figure for the cell." if paper_overlay else ""), ""]
+          + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
+             "differ from the recipe's in the keys named, so it is a reference for another experiment)."
+             if paper_overlay else "")
+          + " Runs of one recipe with other settings are separate cells, named with the keys that differ.", ""]
     layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
                "dp-cliff": dp_cliff_table}
     for table in sorted(by_table):
-        md += [f"## {table}", "", layouts.get(table, cell_table)(by_table[table], paper_overlay), ""]
-        if table in layouts:
+        layout = layouts.get(table)
+        if layout and any(c.name != c.runs[0].cell for c in by_table[table]):
+            layout = None  # cells of one recipe with other settings would share a place in the paper's grid
+            md += [f"## {table}", "", "Runs of one recipe with other settings: one row per setting.", ""]
+        else:
+            md += [f"## {table}", ""]
+        md += [(layout or cell_table)(by_table[table], paper_overlay), ""]
+        if layout:
             md += [cell_table(by_table[table], paper_overlay), ""]
     md += ["## Privacy statement per run", "",
            "PAC runs: mutual information spent (nats), the informed adversary's MIA success bound (prior 0.5) and "

@@ -100,7 +100,8 @@ def test_report_tables_and_csv(report):
     assert float(dp_row["epsilon_rdp"]) == pytest.approx(1.98) and float(dp_row["epsilon_pld"]) == pytest.approx(1.8)
 
     md = (out / "report.md").read_text()
-    assert "88.99 ± 0.91 (n=3) [paper 88.99 ± 0.91]" in md  # headline layout, paper alongside
+    # headline layout, paper alongside, with the settings these fixture runs changed from the recipe
+    assert "88.99 ± 0.91 (n=3) [paper 88.99 ± 0.91; recipe changed: clip, dtype, lr, lr_schedule, steps]" in md
     assert "85.00 ± 7.07 (n=2)" in md
     assert "| FT | PAC-ZPL |" in md and "SST-2 1.3B" in md
     assert "| MI (nats) | 0.001 | 0.11 |" in md  # plateau layout: MI columns
@@ -128,3 +129,34 @@ def test_cli_report_default_folder_and_errors(runs, tmp_path, capsys):
     assert "[paper" not in md and "10 runs in 7 cells" in md
     assert main(["report", str(tmp_path / "empty")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_runs_of_one_recipe_with_other_settings_are_not_pooled(tmp_path):
+    """A sweep re-run with other --set values used to pool its new seeds with the old ones into one mean.
+    Now each setting is its own cell, named with the keys that differ. Runs are also named by the recipe
+    a sweep recorded beside them (seed<k>.yaml), whatever folder holds the sweep, and a run with exactly
+    the recipe's settings carries the paper's figure without a note."""
+    import yaml
+
+    from paczero.cli import resolve_recipe
+    from paczero.config import load_yaml
+
+    name = "headline/sst2-opt1.3b-ft-zpl"
+    root = tmp_path / "all"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mia_bound": 0.5, "steps": 4, "unanimity_rate": 0.5}
+    recipe = load_yaml(resolve_recipe(name))
+    for sweep_root, seeds, extra in (("sw1", (0, 1), {"steps": 60}), ("sw2", (2,), {"steps": 30, "lr": 5e-4}),
+                                     ("exact", (3,), {})):
+        for seed in seeds:
+            run = write_run(root / sweep_root, name, seed, test=0.5 + seed / 10, dev=0.5, privacy=zpl,
+                            **{**recipe, **extra})
+            run.with_name(f"seed{seed}.yaml").write_text(yaml.safe_dump({"recipe": {"name": name, "seed": seed}}))
+    cells = {r["cell"]: r for r in csv.DictReader(open(write_report(root, tmp_path / "rep") / "cells.csv"))}
+    assert set(cells) == {f"{name} [lr=0.0001 steps=1000]", f"{name} [lr=0.0001 steps=60]",
+                          f"{name} [lr=0.0005 steps=30]"}
+    assert cells[f"{name} [lr=0.0001 steps=60]"]["n"] == "2" and cells[f"{name} [lr=0.0005 steps=30]"]["n"] == "1"
+    assert cells[f"{name} [lr=0.0001 steps=60]"]["recipe_changed"] == "steps"
+    assert cells[f"{name} [lr=0.0001 steps=1000]"]["recipe_changed"] == ""
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "[paper 88.99 ± 0.91]" in md and "[paper 88.99 ± 0.91; recipe changed: lr, steps]" in md
+    assert "one row per setting" in md and "| FT | PAC-ZPL |" not in md  # no grid place shared by two cells
