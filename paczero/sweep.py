@@ -123,12 +123,15 @@ def plan(patterns: list[str], seeds: list[int], out_root: str | os.PathLike) -> 
     return [Cell(name, path, int(s), root) for name, path in expand_recipes(patterns) for s in seeds]
 
 
-def materialise(cell: Cell, overrides: dict[str, Any]) -> TrainConfig:
-    """The cell's validated config, written to ``cell.config_path`` (fails before any run starts)."""
+def materialise(cell: Cell, overrides: dict[str, Any], *, write: bool = True) -> TrainConfig:
+    """The cell's validated config, written to ``cell.config_path`` unless ``write`` is false (fails
+    before any run starts)."""
     values = load_yaml(cell.source)
     values.update(overrides)
     values.update(seed=cell.seed, out_dir=str(cell.run_dir), resume=cell.state() == "killed", overwrite=False)
     cfg = TrainConfig.from_dict(values, source=f"{cell.recipe} (seed {cell.seed})").validate()
+    if not write:
+        return cfg
     cell.config_path.parent.mkdir(parents=True, exist_ok=True)
     header = {"recipe": {"name": cell.recipe, "source": str(cell.source), "seed": cell.seed,
                          "overrides": overrides}}
@@ -153,17 +156,12 @@ def _child_env(gpu: str | None) -> dict[str, str]:
     return env
 
 
-def run_command(cmd: list[str], log_path: str, gpu: str | None = None) -> int:
-    """Run one cell, its output appended to ``log_path``; the exit status."""
-    with _start(cmd, log_path, gpu) as proc:
-        return proc.wait()
-
-
 def _start(cmd: list[str], log_path: str, gpu: str | None = None) -> subprocess.Popen:
+    """The cell's process, in a session of its own: a Ctrl-C reaches it once, forwarded by the sweep."""
     with open(log_path, "a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
         log.flush()
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env(gpu))
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env(gpu), start_new_session=True)
 
 
 class SlurmCell:
@@ -232,6 +230,7 @@ class _Journal:
             with open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             detail = " ".join(f"{k}={v}" for k, v in extra.items() if k in ("gpu", "returncode", "resumed", "job_id"))
+            detail = "; ".join(part for part in (detail, extra.get("reason")) if part)
             self.echo(f"[{status:>9}] {cell.recipe} seed {cell.seed}" + (f"  ({detail})" if detail else ""))
         return rec
 
@@ -250,6 +249,15 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     cells = plan(patterns, seeds, out_root)
     if slurm is not None and not dry_run:
         _check_slurm()
+    if dry_run:  # validate every cell and print its command; write nothing
+        for cell in cells:
+            state = cell.state()
+            if state in ("done", "running"):
+                echo(f"skip    {cell.recipe} seed {cell.seed} ({'finished' if state == 'done' else 'running'})")
+                continue
+            materialise(cell, overrides, write=False)
+            echo(("resume " if state == "killed" else "run    ") + " ".join(train_command(cell, resume=state == "killed")))
+        return []
     journal = _Journal(Path(out_root).expanduser() / "sweep.jsonl", echo)
     queued = _queued_jobs(journal)
     todo: list[tuple[Cell, bool]] = []
@@ -257,7 +265,9 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     for cell in cells:  # validate every config before starting anything
         state = cell.state()
         if state == "done":
-            results.append(journal.write(cell, "skipped", reason="summary.json present"))
+            other = _other_settings(cell, materialise(cell, overrides, write=False))
+            results.append(journal.write(cell, "skipped", reason="summary.json present" + (
+                f"; it ran with other settings ({other}): use another --out-root for these" if other else "")))
             continue
         if state == "running":
             results.append(journal.write(cell, "skipped", reason="another process is writing the run folder"))
@@ -268,10 +278,6 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
             continue
         materialise(cell, overrides)
         todo.append((cell, state == "killed"))
-    if dry_run:
-        for cell, resume in todo:
-            echo(("resume " if resume else "run    ") + " ".join(train_command(cell, resume=resume)))
-        return results
     if slurm is not None:
         return results + _submit_slurm(todo, slurm, journal)
     slots = visible_gpus(gpus) or [None]
@@ -279,9 +285,18 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     for item in todo:
         work.put(item)
     lock = threading.Lock()
+    running: dict[str, subprocess.Popen] = {}
+    stopping = threading.Event()
 
     def worker(gpu: str | None) -> None:
-        while True:
+        try:
+            _work(gpu)
+        finally:
+            with lock:
+                alive.remove(gpu)
+
+    def _work(gpu: str | None) -> None:
+        while not stopping.is_set():
             try:
                 cell, resume = work.get_nowait()
             except queue.Empty:
@@ -289,19 +304,47 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
             journal.write(cell, "started", resumed=resume, gpu=gpu, config=str(cell.config_path),
                           log=str(cell.log_path))
             t0 = time.time()
-            rc = run_command(train_command(cell, resume=resume), str(cell.log_path), gpu)
+            with _start(train_command(cell, resume=resume), str(cell.log_path), gpu) as proc:
+                running[str(gpu)] = proc
+                if stopping.is_set():  # Ctrl-C came while this cell was starting
+                    proc.send_signal(signal.SIGINT)
+                rc = proc.wait()
+            running.pop(str(gpu), None)
             status = "done" if rc == 0 and cell.state() == "done" else ("stopped" if rc == 130 else "failed")
             rec = journal.write(cell, status, returncode=rc, seconds=round(time.time() - t0, 1), resumed=resume,
                                 gpu=gpu, log=str(cell.log_path))
             with lock:
                 results.append(rec)
 
-    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    alive = list(slots)
+    for g in slots:
+        threading.Thread(target=worker, args=(g,), daemon=True).start()
+    interrupted = False
+    while alive:  # polled: after a Thread.join() cut short by Ctrl-C the sweep left the stopped cell unrecorded
+        try:
+            time.sleep(0.2)
+        except KeyboardInterrupt:  # each Ctrl-C (or SIGINT to this process) goes on to the running cells:
+            interrupted = True     # the first stops them after their step with a checkpoint, a second at once
+            stopping.set()
+            for proc in list(running.values()):
+                proc.send_signal(signal.SIGINT)
+    if interrupted:
+        raise KeyboardInterrupt
     return results
+
+
+def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
+    """How the finished run in ``cell`` differs from ``wanted`` (seed, folder and other execution keys aside),
+    as ``key (there -> now)``; empty when it does not."""
+    from paczero.report import EXECUTION_KEYS
+
+    try:
+        ran = json.loads((cell.run_dir / "summary.json").read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    now = json.loads(json.dumps(wanted.to_dict()))
+    keys = sorted(k for k in now if k not in EXECUTION_KEYS and ran.get(k) != now[k])
+    return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in keys)
 
 
 #: SLURM settings with a flag of their own in ``paczero sweep`` (``--slurm-arg`` may not set them)

@@ -14,6 +14,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from paczero.checkpoint import RunLock
 from paczero.cli import main
 from paczero.config import ConfigError
 from paczero.sweep import (Cell, SlurmCell, expand_recipes, materialise, parse_overrides, plan, slurm_parameters, sweep,
@@ -52,10 +53,10 @@ def test_plan_layout_and_dry_run_validates(tmp_path):
     assert [c.run_dir for c in cells] == [tmp_path / "dp-cliff/sst2-opt1.3b-ft-dpzero-k1-eps2" / f"seed{k}"
                                           for k in (0, 2)]
     lines = []
-    sweep(["headline/sst2-opt1.3b-ft-zpl"], [1], out_root=str(tmp_path), dry_run=True, echo=lines.append)
-    assert "--seed 1" in lines[0] and not (tmp_path / "headline/sst2-opt1.3b-ft-zpl/seed1").exists()
-    written = yaml.safe_load((tmp_path / "headline/sst2-opt1.3b-ft-zpl/seed1.yaml").read_text())
-    assert written["seed"] == 1 and written["lr"] == 1e-4 and written["num_subsets"] == 126
+    sweep(["headline/sst2-opt1.3b-ft-zpl"], [1], out_root=str(tmp_path / "dry"), dry_run=True, echo=lines.append)
+    assert "--seed 1" in lines[0] and not (tmp_path / "dry").exists()  # a dry run writes nothing
+    cfg = materialise(plan(["headline/sst2-opt1.3b-ft-zpl"], [1], tmp_path)[0], {}, write=False)
+    assert cfg.seed == 1 and cfg.lr == 1e-4 and cfg.num_subsets == 126 and not list(tmp_path.iterdir())
     with pytest.raises(ConfigError):  # a bad override fails before anything runs
         sweep(["headline/sst2-opt1.3b-ft-zpl"], [0], out_root=str(tmp_path), overrides={"steps": 0}, dry_run=True)
 
@@ -96,6 +97,47 @@ def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path):
     assert summary["config"]["seed"] == 0 and summary["privacy"]["mi_spent"] <= 0.05 + 1e-9
     statuses = [r["status"] for r in journal(root)]
     assert statuses == ["started", "done", "skipped", "started", "done"]
+
+
+def test_a_finished_cell_with_other_settings_is_skipped_with_a_word(tmp_path):
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text("recipe: {name: tiny}\nmechanism: pac-zpl\nlr: 0.001\n")
+    root = tmp_path / "runs"
+    sweep([str(recipe)], [0], out_root=str(root), overrides=parse_overrides(TINY), echo=lambda s: None)
+    lines = []
+    (rec,) = sweep([str(recipe)], [0], out_root=str(root), overrides=parse_overrides(TINY + ["lr=0.0005"]),
+                   echo=lines.append)
+    assert rec["status"] == "skipped" and "other settings (lr 0.001 -> 0.0005)" in rec["reason"]
+    assert "use another --out-root" in lines[0]
+
+
+def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
+    """A SIGINT to the sweep process alone (a cell runs in a session of its own) goes on to the running
+    cell, which checkpoints after its step; the sweep waits for it, records 'stopped', takes no new
+    cell and exits 130. Before, the cell ran on, orphaned, and nothing was recorded."""
+    import subprocess
+    import sys
+
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text("recipe: {name: tiny}\nmechanism: pac-zpl\nlr: 0.001\n")
+    root = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "paczero.cli", "sweep", str(recipe), "--seeds", "0", "1",
+                             "--out-root", str(root), "--set", *TINY, "steps=400", "checkpoint_every=1000"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = root / "tiny" / "seed0" / "log.jsonl"
+    deadline = time.time() + 120
+    while not log.exists() or _lines(log) < 3:
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    statuses = [(r["seed"], r["status"]) for r in journal(root)]
+    assert statuses == [(0, "started"), (0, "stopped")]  # seed 1 never started
+    steps = _lines(log)
+    assert steps < 400 and (root / "tiny" / "seed0" / "checkpoints" / f"step-{steps:06d}").is_dir()
+    assert not RunLock.held(root / "tiny" / "seed0")  # the cell's process has ended
 
 
 def test_failed_cell_is_recorded_and_does_not_stop_the_sweep(tmp_path):
