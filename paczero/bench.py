@@ -27,8 +27,13 @@ track, N, dtype and device, in the same process:
     thread), in further fresh processes: the analogue of CUDA's
     ``max_memory_allocated``, which leaves out what the C allocator keeps;
 (e) ``privacy_s``: the time of ``mechanism.step`` (subset signs, calibration);
-(f) step time at 2N (goal: x2) and at 2M (goal: x1), again as medians of
-    ratios within interleaved rounds (N, 2N, 2M steps in turn; CPU time on CPU).
+(f) ``n_scaling`` and ``m_scaling``: step time at 2N (goal: x2) and at 2M
+    (goal: x1) over the step time at N, as medians of the ratios within
+    interleaved rounds (N, 2N, 2M steps in turn). These rounds are timed on
+    the clock named by ``scaling_clock`` (process CPU time on CPU, wall time
+    on accelerators), and ``scaling_base_s``, ``step_2n_s`` and ``step_2m_s``
+    are their medians on that clock: they are not comparable with ``step_s``
+    (wall time, measured in the earlier rounds against the floor).
 
 Optionally (``--world 2``) the step time of a data-parallel run with that many
 gloo/nccl processes on the same machine, and the speedup over one process.
@@ -256,6 +261,8 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         runs["2n"](0), runs["2m"](0)  # warm-up
         key = "step_cpu_s" if cfg.device == "cpu" else "step_s"
         rounds = [{name: run(i + 1)[key] for name, run in runs.items()} for i in range(cfg.steps)]
+        res["scaling_clock"] = "cpu" if cfg.device == "cpu" else "wall"
+        res["scaling_base_s"] = statistics.median(r["base"] for r in rounds)
         res["step_2n_s"] = statistics.median(r["2n"] for r in rounds)
         res["step_2m_s"] = statistics.median(r["2m"] for r in rounds)
         res["n_scaling"] = statistics.median(r["2n"] / r["base"] for r in rounds)

@@ -204,3 +204,13 @@ def test_bench_bad_values_and_an_existing_json_out_give_exit_2(argv, tmp_path, c
     out.write_text("my results")
     assert main(["bench", "--json-out", str(out)]) == 2
     assert "exists" in capsys.readouterr().err and out.read_text() == "my results"
+
+
+def test_scaling_figures_say_their_clock_and_base():
+    """The 2N and 2M figures come with the base they are ratios of and the clock they were timed on
+    (process CPU time on CPU), so the JSON reads without the code: with one round, n_scaling is
+    step_2n_s / scaling_base_s."""
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=True, memory=False), log=lambda s: None)
+    assert res["scaling_clock"] == "cpu"
+    assert res["n_scaling"] == pytest.approx(res["step_2n_s"] / res["scaling_base_s"])
+    assert res["m_scaling"] == pytest.approx(res["step_2m_s"] / res["scaling_base_s"])
