@@ -157,8 +157,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("eval", help="evaluate a finished run (its selected weights) or a model on a task")
     p.add_argument("target", help="a run folder, or a model name/path")
-    p.add_argument("--split", choices=["dev", "test", "both"], default="both")
-    for name in ("task", "data", "template", "n-test", "n-dev", "token-budget", "device", "dtype"):
+    p.add_argument("--split", choices=["dev", "test", "both"], default="both",
+                   help="which of the run's (or the task's) splits (default: both)")
+    p.add_argument("--data", default=argparse.SUPPRESS,
+                   help="evaluate on every example of this file instead (its test rows if it has a split column)")
+    p.add_argument("--columns", type=_parse_mapping, default=argparse.SUPPRESS,
+                   help="the file's column names, e.g. sentence=text,label=stars")
+    for name in ("task", "template", "n-test", "n-dev", "token-budget", "device", "dtype"):
         p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS,
                        type=int if name in ("n-test", "n-dev", "token-budget") else str)
 
@@ -229,8 +234,8 @@ def _cmd_train(ns) -> int:
 def _cmd_eval(ns) -> int:
     from paczero.evaluate import evaluate_target
 
-    overrides = {k: getattr(ns, k) for k in ("task", "data", "template", "n_test", "n_dev", "token_budget",
-                                             "device", "dtype") if hasattr(ns, k)}
+    overrides = {k: getattr(ns, k) for k in ("task", "data", "columns", "template", "n_test", "n_dev",
+                                             "token_budget", "device", "dtype") if hasattr(ns, k)}
     result = evaluate_target(ns.target, split=ns.split, overrides=overrides)
     print(json.dumps(result, indent=1))
     return 0

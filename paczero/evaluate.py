@@ -27,6 +27,8 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
         values = json.loads((path / "run.json").read_text())["config"]
         values.update(overrides)
         values.update(resume=False, overwrite=False)
+        if "data" in overrides and "columns" not in overrides:
+            values["columns"] = None  # the run's column names belong to the run's file
         cfg = TrainConfig.from_dict(values).validate()
     else:
         if path.is_dir() and not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
@@ -35,7 +37,8 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
         # a plain model: no training universe is needed, only dev/test (dev 100 unless --n-dev says otherwise)
         cfg = TrainConfig.from_dict({"model": target, "track": "ft", "n_train": 2, "n_dev": 100,
                                      "eval_zero_shot": False, **overrides}).validate()
-    setup = build(cfg)
+    examples = _whole_file(cfg) if "data" in overrides else None
+    setup = build(cfg, examples=examples)
     source = "base model (zero-shot)"
     if run:
         params = trainable_parameters(setup.model, cfg.track)
@@ -52,8 +55,23 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
             load_trainable(params, found[1])
             source = f"checkpoint of step {found[0]}"
     out: dict[str, Any] = {"target": target, "weights": source, "task": cfg.task}
+    if examples is not None:  # the whole file, as one evaluation set
+        out.update(data=cfg.data, examples=len(examples[2]), metrics=evaluate(setup, setup.test_enc))
+        return out
     if split in ("dev", "both"):
         out["dev"] = evaluate(setup, setup.dev_enc)
     if split in ("test", "both"):
         out["test"] = evaluate(setup, setup.test_enc)
     return out
+
+
+def _whole_file(cfg: TrainConfig) -> tuple[list, list, list]:
+    """Every example of ``cfg.data`` (its test rows where it has a split column), as the test set."""
+    from paczero.tasks import load_splits
+    from paczero.tasks.data import read_records
+
+    records = read_records(Path(cfg.data))
+    has_split = bool(records) and "split" in records[0]
+    _, _, rows = load_splits(cfg.task, source=cfg.data, n_train=0, n_dev=0, columns=cfg.columns,
+                             n_test=None if has_split else len(records))
+    return [], [], rows

@@ -109,16 +109,20 @@ class Setup:
     test_enc: list
 
 
-def build(cfg: TrainConfig, *, with_model: bool = True) -> Setup:
-    """Load data (first: cheap failures come before the model loads), then the model."""
+def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, list, list] | None = None) -> Setup:
+    """Load data (first: cheap failures come before the model loads), then the model. ``examples``:
+    (train, dev, test) given instead of the config's data (``paczero eval --data`` leaves train empty)."""
     from paczero.models import check_model_source, load_model, load_tokenizer
     from paczero.tasks import build_task, load_splits
 
     device = resolve_device(cfg.device)
     check_model_source(cfg.model)
-    train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
-                                            n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns)
-    if len(train_ex) < 2:
+    if examples is not None:
+        train_ex, dev_ex, test_ex = examples
+    else:
+        train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
+                                                n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns)
+    if examples is None and len(train_ex) < 2:
         raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
     tokenizer = load_tokenizer(cfg.model)  # the prompts are built and checked (labels, template) before the model
     task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,

@@ -248,6 +248,19 @@ def test_cli_train_and_eval(tmp_path, capsys):
     assert main(["privacy", "--mi", "0.25", "--json"]) == 0
     p = json.loads(capsys.readouterr().out)
     assert abs(p["mia_bound"] - 0.84) < 0.01
+    # the run's weights on a file of its own: every example of it, with its own column names
+    from paczero.train import build
+    from paczero.config import TrainConfig as Config
+
+    test_rows = build(Config.from_dict({**json.loads((out / "run.json").read_text())["config"]}),
+                      with_model=False).test
+    held = tmp_path / "held.csv"
+    held.write_text("text,stars\n" + "".join(f"{json.dumps(r['sentence'])},{r['label']}\n" for r in test_rows))
+    assert main(["eval", str(out), "--data", str(held), "--columns", "sentence=text,label=stars"]) == 0
+    printed = capsys.readouterr().out
+    on_file = json.loads(printed[printed.index("{\n"):])
+    assert on_file["examples"] == 8 and on_file["metrics"]["accuracy"] == result["test"]["accuracy"]
+    assert on_file["metrics"]["loss"] == pytest.approx(result["test"]["loss"], rel=1e-5)
 
 
 def test_resume_refuses_changed_data_at_the_same_path(tmp_path):
