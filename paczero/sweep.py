@@ -12,8 +12,11 @@ of one cell does not stop the others.
 
 Resumable: a cell whose folder holds ``summary.json`` is finished and skipped; a
 cell whose folder holds ``run.json`` but no summary was killed and resumes from
-its latest checkpoint (``--resume``). Every decision and outcome is appended to
-``out_root/sweep.jsonl``.
+its latest checkpoint (``--resume``); a cell whose folder another process is
+writing (its :class:`~paczero.checkpoint.RunLock`), or whose SLURM job from an
+earlier sweep is still queued, is skipped. Every decision and outcome is
+appended to ``out_root/sweep.jsonl``. SLURM jobs (:class:`SlurmCell`) requeue
+themselves at a time limit and resume.
 """
 from __future__ import annotations
 
@@ -265,7 +268,10 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     for cell in cells:  # validate every config before starting anything
         state = cell.state()
         if state == "done":
-            other = _other_settings(cell, materialise(cell, overrides, write=False))
+            try:
+                other = _other_settings(cell, materialise(cell, overrides, write=False))
+            except ConfigError:  # a finished cell needs no valid config (its data may be gone)
+                other = ""
             results.append(journal.write(cell, "skipped", reason="summary.json present" + (
                 f"; it ran with other settings ({other}): use another --out-root for these" if other else "")))
             continue
@@ -336,15 +342,14 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
 def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     """How the finished run in ``cell`` differs from ``wanted`` (seed, folder and other execution keys aside),
     as ``key (there -> now)``; empty when it does not."""
-    from paczero.report import EXECUTION_KEYS
+    from paczero.report import experiment
 
     try:
         ran = json.loads((cell.run_dir / "summary.json").read_text())["config"]
     except (OSError, ValueError, KeyError):
         return ""
-    now = json.loads(json.dumps(wanted.to_dict()))
-    keys = sorted(k for k in now if k not in EXECUTION_KEYS and ran.get(k) != now[k])
-    return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in keys)
+    now = experiment(json.loads(json.dumps(wanted.to_dict())))
+    return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k])
 
 
 #: SLURM settings with a flag of their own in ``paczero sweep`` (``--slurm-arg`` may not set them)

@@ -180,17 +180,40 @@ def test_bad_slurm_flags_stop_before_anything_runs(tmp_path, monkeypatch, capsys
     assert not (root / "sweep.jsonl").exists() and not (root / "slurm").exists()
 
 
-def test_a_slurm_job_warned_of_its_time_limit_checkpoints_and_requeues_itself_to_resume(tmp_path):
-    """submitit's protocol, played here without SLURM: the job's process gets SIGUSR2 (SLURM's warning;
-    the handler stands in for submitit's, which calls ``checkpoint`` and exits). The cell's run stops
-    after its step with a checkpoint, ``checkpoint`` returns the requeued call (``--resume``), and that
-    call ends with the transcript and weights of the uninterrupted run (the same private seed)."""
+WARNED = r"""
+import os, signal, sys
+import paczero.train as tr
+from paczero.cli import main
+_lr = tr.lr_at
+def lr_at(cfg, step):
+    if step == 3:  # SLURM's warning reaches the job's process (here: this one's parent) mid-step 3
+        os.kill(os.getppid(), signal.SIGUSR2)
+    return _lr(cfg, step)
+tr.lr_at = lr_at
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_slurm_job_warned_of_its_time_limit_checkpoints_and_requeues_itself_to_resume(tmp_path, monkeypatch):
+    """submitit's protocol, played here without SLURM: the job's process (this one) gets SIGUSR2 mid-run
+    (SLURM's warning; the handler stands in for submitit's, which calls ``checkpoint`` and exits).
+    ``checkpoint`` passes the warning on to the run, which stops after its step with a checkpoint, and
+    returns the requeued call (``--resume``); that call ends with the transcript and weights of the
+    uninterrupted run (the same private seed)."""
+    import sys
+
+    import paczero.sweep as sw
+
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text("recipe: {name: tiny}\nmechanism: pac-mi\nmi_budget: 0.05\nlr: 0.001\nprivate_seed: 7\n")
     overrides = parse_overrides(TINY + ["steps=40", "eval_every=20", "checkpoint_every=1000"])
     reference = tmp_path / "reference"
     sweep([str(recipe)], [0], out_root=str(reference), overrides=overrides, echo=lambda s: None)
 
+    wrapper = tmp_path / "warned.py"
+    wrapper.write_text(WARNED)
+    real = sw.train_command
+    monkeypatch.setattr(sw, "train_command", lambda cell, resume: [sys.executable, str(wrapper)] + real(cell, resume=resume)[3:])
     cell = plan([str(recipe)], [0], tmp_path / "runs")[0]
     materialise(cell, overrides)
     job = SlurmCell(cell)
@@ -200,20 +223,14 @@ def test_a_slurm_job_warned_of_its_time_limit_checkpoints_and_requeues_itself_to
         requeued.append(job.checkpoint(False))
         raise SystemExit(-1)
 
-    def warn_when_running():
-        while not (cell.run_dir / "log.jsonl").exists() or _lines(cell.run_dir / "log.jsonl") < 3:
-            time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGUSR2)
-
     old = signal.signal(signal.SIGUSR2, submitit_handler)
     try:
-        threading.Thread(target=warn_when_running, daemon=True).start()
         with pytest.raises(SystemExit):
             job(False)
     finally:
-        signal.signal(signal.SIGUSR2, old)
-    stopped = _lines(cell.run_dir / "log.jsonl")
-    assert 3 <= stopped < 40 and f"stopped at step {stopped}: checkpoint written" in cell.log_path.read_text()
+        signal.signal(signal.SIGUSR2, old)  # the run's process is gone by now: no warning can come later
+    stopped = _lines(cell.run_dir / "log.jsonl")  # the warning reaches the run during step 3 or soon after
+    assert 4 <= stopped < 40 and f"stopped at step {stopped}: checkpoint written" in cell.log_path.read_text()
     assert (cell.run_dir / "checkpoints" / f"step-{stopped:06d}").is_dir()
     (delayed,) = requeued
     assert delayed.args == (True,) and delayed.function.cell == cell  # the requeued job resumes
