@@ -184,8 +184,7 @@ class SlurmCell:
             return proc.wait()
 
     def checkpoint(self, resume: bool):
-        import submitit
-
+        submitit = _submitit()
         if self._pid is not None:
             try:  # SLURM may have signalled the whole job already; SIGUSR2 twice is still one clean stop
                 os.kill(self._pid, signal.SIGUSR2)
@@ -389,9 +388,27 @@ def slurm_parameters(*, partition: str | None = None, timeout_min: int = 24 * 60
             **({"slurm_additional_parameters": additional} if additional else {})}
 
 
+def _submitit():
+    """submitit, imported without the ``logging.config.dictConfig`` it runs at import, which closes every
+    logging handler the process has (a user's, pytest's). A job's process imports it afresh and configures
+    its logging there (its log then shows the signals the job received)."""
+    if "submitit" in sys.modules:
+        return sys.modules["submitit"]
+    old = os.environ.get("SUBMITIT_LOG_LEVEL")
+    os.environ["SUBMITIT_LOG_LEVEL"] = "NOCONFIG"
+    try:
+        import submitit
+    finally:
+        if old is None:
+            del os.environ["SUBMITIT_LOG_LEVEL"]
+        else:
+            os.environ["SUBMITIT_LOG_LEVEL"] = old
+    return submitit
+
+
 def _check_slurm() -> None:
     try:
-        import submitit  # noqa: F401
+        _submitit()
     except ImportError:
         raise ConfigError("--slurm needs submitit: pip install 'paczero[slurm]' (or pip install submitit)") from None
     if shutil.which("sbatch") is None:
@@ -421,8 +438,7 @@ def _queued_jobs(journal: _Journal) -> dict[Path, str]:
 
 def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal) -> list[dict]:
     """One SLURM job per cell through submitit (imported only here), by sbatch, never a local fallback."""
-    import submitit
-
+    submitit = _submitit()
     if not todo:
         return []
     folder = todo[0][0].out_root / "slurm" / "%j"
