@@ -218,9 +218,12 @@ class RunLock:
 
     def release(self) -> None:
         folder = self.path.parent
-        if self._created and self._fd is not None and [p.name for p in folder.iterdir()] == [self.NAME]:
-            self.path.unlink()  # a run that stopped before writing anything leaves no folder behind
-            folder.rmdir()
+        try:
+            if self._created and self._fd is not None and [p.name for p in folder.iterdir()] == [self.NAME]:
+                self.path.unlink()  # a run that stopped before writing anything leaves no folder behind
+                folder.rmdir()
+        except OSError:  # the folder went away (or changed) meanwhile: nothing of ours to tidy
+            pass
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -161,7 +161,8 @@ def model_label(model: str) -> str:
 #: config keys that say where and how a run was executed, not what it measures: runs that differ only in
 #: these pool into one cell (the seed is what a cell's runs differ in)
 EXECUTION_KEYS = frozenset({"seed", "private_seed", "out_dir", "overwrite", "resume", "progress", "device",
-                            "device_map", "token_budget", "lockstep_batches", "compile", "checkpoint_every", "data"})
+                            "device_map", "token_budget", "lockstep_batches", "compile", "checkpoint_every",
+                            "eval_zero_shot"})
 
 
 def experiment(cfg: dict) -> dict:

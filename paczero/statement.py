@@ -8,6 +8,7 @@ matched DP epsilon is a numerical reference point only (paper, Section 2).
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 
@@ -72,6 +73,10 @@ def model_card(summary: dict[str, Any]) -> str:
         made_by = "paczero"
     metric = summary.get("metric", "accuracy")
     base = cfg["model"]
+    parts = base.split("/")
+    hub_id = len(parts) == 2 and all(parts) and not base.startswith((".", "~")) and not Path(base).expanduser().exists()
+    if not hub_id and "/" in base:
+        base = "a local model"  # its path may say more than a public card should
     track = "LoRA adapters (peft)" if cfg["track"] == "lora" else "full fine-tuning (every weight)"
 
     def score(split: dict | None) -> str:
@@ -86,7 +91,7 @@ def model_card(summary: dict[str, Any]) -> str:
             "demo": "the paczero demo sentiment set"}.get(cfg["task"], cfg["task"])
     if cfg.get("data") not in (None, "demo"):
         data = "a local data file"  # its path may say more than a public card should
-    front = ["---", f"base_model: {base}" if "/" in base else None, "library_name: " + ("peft" if cfg["track"] == "lora"
+    front = ["---", f"base_model: {base}" if hub_id else None, "library_name: " + ("peft" if cfg["track"] == "lora"
                                                                                          else "transformers"),
              "tags:", "- paczero", "- pac-privacy" if cfg["mechanism"] in ("pac-zpl", "pac-mi", "hybrid") else None,
              "- zeroth-order", "---"]

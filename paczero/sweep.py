@@ -348,6 +348,8 @@ def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     except (OSError, ValueError, KeyError):
         return ""
     now = experiment(json.loads(json.dumps(wanted.to_dict())))
+    if now.get("data") not in (None, "demo"):  # recorded resolved by the run
+        now["data"] = str(Path(now["data"]).expanduser().resolve())
     return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k])
 
 

@@ -412,3 +412,13 @@ def test_the_released_model_carries_a_model_card_with_the_privacy_statement(tmp_
     assert summary["privacy_text"] in card and "Model Card for Model ID" not in card
     assert "patients" not in card and "a local data file" in card
     assert "the universe itself" in summary["privacy_text"] and "8 dev examples" in summary["privacy_text"]
+
+
+def test_a_model_card_names_a_hub_model_but_not_a_local_path(tmp_path):
+    from paczero.statement import model_card
+
+    summary = train(TrainConfig(**{**TINY, "steps": 1}, out_dir=str(tmp_path / "run")), log=_quiet)
+    for model, named in (("facebook/opt-1.3b", True), (str(tmp_path / "private" / "model"), False)):
+        card = model_card({**summary, "config": {**summary["config"], "model": model}})
+        assert (model in card) == named and ("base_model: facebook/opt-1.3b" in card) == named
+        assert named or "a local model" in card
