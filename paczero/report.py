@@ -216,22 +216,22 @@ def group_cells(runs: list[Run], paper_rows: list[dict]) -> list[Cell]:
         configs = [experiment(g[0].cfg) for g in groups.values()]
         differing = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str)
                                                                      for c in configs}) > 1)
-        changed = _changed_from_recipe(name, configs[0]) if len(configs) == 1 else None
         for group, cfg in zip(groups.values(), configs):
             label = name if not differing else f"{name} [{' '.join(f'{k}={cfg.get(k)}' for k in differing)}]"
             cells.append(Cell(label, group[0].table, group, paper=by_recipe.get(name),
-                              changed=changed if changed is not None else _changed_from_recipe(name, cfg)))
+                              changed=_changed_from_recipe(name, cfg)))
     return cells
 
 
 def _changed_from_recipe(name: str, cfg: dict) -> list[str]:
     """The keys a shipped recipe ``name`` sets that ``cfg`` holds with another value ([] for no such recipe)."""
-    from paczero.cli import list_recipes, recipes_root
+    from paczero.cli import recipes_root
     from paczero.config import load_yaml
 
-    if name not in list_recipes():
+    path = recipes_root() / f"{name}.yaml"
+    if not path.is_file():
         return []
-    recipe = load_yaml(recipes_root() / f"{name}.yaml")
+    recipe = load_yaml(path)
     return sorted(k for k, v in recipe.items()
                   if k not in EXECUTION_KEYS and json.dumps(cfg.get(k), default=str) != json.dumps(v, default=str))
 

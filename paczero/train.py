@@ -430,7 +430,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     setup.model.save_pretrained(run_dir / "model")
     setup.tokenizer.save_pretrained(run_dir / "model")
     statement = mechanism.privacy_statement()
-    statement["secret_source"] = secret_source(cfg, _claims_privacy(mechanism))
+    statement["secret_source"] = secret_source(cfg, statement.get("private") is not False)
     statement["dev_best_selection"] = ("post-processing: selection reads only dev metrics and costs no privacy"
                                        if cfg.dev_best else "off (final weights)")
     summary = {
