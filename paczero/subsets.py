@@ -7,42 +7,44 @@ the prior success of membership inference exactly 1/2. Algorithm 1, line 6,
 turns the per-sample scalars into one sign per subset.
 
 Everything that must stay secret (j*, the design, the PAC-MI noise, the ZPL
-coins) is drawn from :func:`private_generator`, seeded from the operating
-system's secure entropy by default and kept apart from the public generator
-that draws the perturbation directions.
+coins) is drawn from :func:`private_generator`, a cryptographically secure
+stream keyed from the operating system's CSPRNG by default
+(:mod:`paczero.secure_random`) and kept apart from the public generator that
+draws the perturbation directions.
 """
 from __future__ import annotations
-
-import secrets
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .secure_random import SecureGenerator
+
 __all__ = ["private_generator", "balanced_design", "subset_signs"]
 
-SeedLike = int | np.random.Generator | None
+SeedLike = int | np.random.Generator | SecureGenerator | None
 
 
-def private_generator(seed: SeedLike = None) -> np.random.Generator:
-    """The generator for private randomness.
+def private_generator(seed: SeedLike = None) -> "SecureGenerator | np.random.Generator":
+    """The generator for private randomness: a :class:`paczero.secure_random.SecureGenerator`.
 
-    ``seed=None`` (the default) seeds a PCG64 generator with 128 bits from
-    :mod:`secrets` (the OS's secure entropy source): never a fixed or public
-    seed. An ``int`` gives a reproducible generator for tests and exact
-    reproduction; an existing ``Generator`` is returned unchanged.
+    ``seed=None`` (the default) keys the stream with 256 bits from the OS's
+    CSPRNG: never a fixed or public seed. An ``int`` gives a reproducible
+    stream for tests and exact reproduction (the secret is then not secret); an
+    existing generator (secure, or a numpy ``Generator`` in tests) is returned
+    unchanged.
 
     Raises:
         ValueError: a negative or non-integer seed.
     """
     if seed is None:
-        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(secrets.randbits(128))))
-    if isinstance(seed, np.random.Generator):
+        return SecureGenerator()
+    if isinstance(seed, (np.random.Generator, SecureGenerator)):
         return seed
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be None, a non-negative int or a numpy Generator; got {seed!r}")
+        raise ValueError(f"seed must be None, a non-negative int or a generator; got {seed!r}")
     if seed < 0:
         raise ValueError(f"seed must be non-negative; got {seed!r}")
-    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(seed))))
+    return SecureGenerator.from_seed(int(seed))
 
 
 def balanced_design(n_examples: int, n_subsets: int, rng: SeedLike = None) -> np.ndarray:

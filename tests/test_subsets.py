@@ -79,16 +79,17 @@ def test_subset_signs_rejects_bad_input():
 
 
 def test_private_generator_defaults_to_os_entropy(monkeypatch):
+    """Red if the default generator is keyed from anything but the OS CSPRNG (secrets.token_bytes)."""
     calls = []
-    real = secrets.randbits
+    real = secrets.token_bytes
 
     def spy(k):
         calls.append(k)
         return real(k)
 
-    monkeypatch.setattr(secrets, "randbits", spy)
+    monkeypatch.setattr(secrets, "token_bytes", spy)
     a, b = private_generator(), private_generator()
-    assert calls == [128, 128]
+    assert calls == [32, 32]
     assert a.integers(2**62) != b.integers(2**62)
 
 

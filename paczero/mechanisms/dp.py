@@ -32,6 +32,7 @@ import numpy as np
 
 from paczero.mechanisms.base import Mechanism, Release
 from paczero.privacy import dp as dp_privacy
+from paczero.secure_random import generator_from_state, generator_state
 from paczero.subsets import private_generator
 
 #: DPZero K=1 as in Zhang et al. 2024 and the paper's Table dp-cliff
@@ -192,7 +193,7 @@ class _PoissonGaussianMechanism(Mechanism):
             "noise_multiplier": self.noise_multiplier,
             "steps_taken": self._steps,
             "pending_batch_size": self._pending,
-            "generator_state": self._rng.bit_generator.state,
+            "generator_state": generator_state(self._rng),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -215,7 +216,8 @@ class _PoissonGaussianMechanism(Mechanism):
         # Keep the noise the run was started with, even if dp-accounting has changed since.
         noise_multiplier = dp_privacy.check_noise_multiplier(state["noise_multiplier"])
         extra = self._load_extra_state(state)
-        self._rng.bit_generator.state = state["generator_state"]  # raises ValueError on a mismatch
+        rng = generator_from_state(state["generator_state"])  # raises ValueError on a malformed state
+        self._rng = rng
         self.noise_multiplier = noise_multiplier
         self._steps = int(steps_taken)
         pending = state["pending_batch_size"]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator
 from .base import Mechanism, Release
 
@@ -104,7 +105,7 @@ class _Reference(Mechanism):
     def state_dict(self) -> dict[str, Any]:
         state = dict(self._config())
         state.update(steps=self._steps, secret=self._secret,
-                     rng_state=self._rng.bit_generator.state,
+                     rng_state=generator_state(self._rng),
                      design=None if self.design is None else self.design.copy())
         return state
 
@@ -122,9 +123,7 @@ class _Reference(Mechanism):
             raise ValueError("field 'design' mismatch: the state was saved with another design")
         if design is not None:
             self.design = check_design(design)
-        bitgen = getattr(np.random, state["rng_state"]["bit_generator"])()
-        bitgen.state = state["rng_state"]
-        self._rng = np.random.Generator(bitgen)
+        self._rng = generator_from_state(state["rng_state"])
         self._secret = state["secret"]
         self._steps = int(state["steps"])
 
@@ -133,8 +132,9 @@ class _Reference(Mechanism):
             "mechanism": self.name,
             "private": False,
             "mi_total_budget": None,
-            "mi_spent": None,
+            "mi_bound": None,
             "mia_bound": None,
+            "mi_spent": None,
             "matched_dp_epsilon": None,
             "steps": self._steps,
             "free_steps": 0,
@@ -212,6 +212,8 @@ class MeZO(_Reference):
             raise ValueError(f"batch_size must be None or an int >= 1; got {batch_size!r}")
         self.batch_size = None if batch_size is None else int(batch_size)
         super().__init__(num_subsets, design=design, seed=seed)
+        if not isinstance(seed, np.random.Generator):  # non-private: the batches come from numpy's seeded generator
+            self._rng = np.random.default_rng(seed)
 
     def batch_indices(self, n_examples: int) -> np.ndarray | None:
         if self.batch_size is None:
