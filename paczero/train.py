@@ -29,8 +29,9 @@ import numpy as np
 import torch
 
 from paczero.checkpoint import (MARKER, CheckpointError, atomic_json, clear_run_dir, load_latest_checkpoint,
-                                prepare_run_dir, save_checkpoint, truncate_jsonl)
+                                prepare_run_dir, save_checkpoint)
 from paczero.config import ConfigError, TrainConfig
+from paczero.journal import Journal, read_jsonl, resume_point
 from paczero.statement import model_card, privacy_statement_text, secret_source
 
 #: config fields that a resumed run must share with the original (privacy and data identity)
@@ -316,22 +317,37 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
     if cfg.compile:
         compile_body(model)  # compiled on the first forward (the zero-shot evaluation, or the first step)
     found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
-    saved_design = found[3]["mechanism"].get("design") if found else None
+    try:
+        point = resume_point(run_dir, found[0] if found else None) if cfg.resume else None
+    except ValueError as e:
+        dp.agree("directions", perturber.directions, e)  # every rank stops with this line
+        raise
+    if point is not None and point.mechanism is not None:
+        saved_design = point.mechanism.get("design")
+    else:
+        saved_design = found[3]["mechanism"].get("design") if found else None
     mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design)
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
     log_path, eval_path = run_dir / "log.jsonl", run_dir / "evals.jsonl"
 
-    start, best, zero_shot, cum_time = 0, None, None, 0.0
+    start, best, zero_shot, cum_time, weights_step = 0, None, None, 0.0, 0
     if cfg.resume:
-        if found is not None:
-            start, weights, public, private = found
-            load_trainable(params, weights)
-            mechanism.load_state_dict(private["mechanism"])
-            best, zero_shot, cum_time = public.get("best"), public.get("zero_shot"), public.get("seconds", 0.0)
-            log(f"resuming from step {start}")
-        truncate_jsonl(log_path, lambda r: r["step"] < start)
-        truncate_jsonl(eval_path, lambda r: r["step"] <= start)
         was = json.loads((run_dir / "run.json").read_text()).get("directions")
+        if found is not None:
+            weights_step, weights, public, private = found
+            load_trainable(params, weights)
+            zero_shot, cum_time = public.get("zero_shot"), public.get("seconds", 0.0)
+        mechanism.load_state_dict(point.mechanism if point.mechanism is not None else private["mechanism"])
+        start = point.steps_done
+        if start > weights_step and was != perturber.directions:
+            problem = ConfigError(
+                f"cannot resume: steps {weights_step + 1}..{start} must be replayed along the original run's directions "
+                f"({was}), and this process draws z from {perturber.directions}")
+            dp.agree("directions", perturber.directions, problem)  # every rank stops with this line
+        _complete_log(log_path, point)
+        best = _best_from_evals(eval_path, start)
+        log(f"resuming from step {start}" + (f" (weights of step {weights_step}, {start - weights_step} logged "
+                                             f"steps replayed)" if start > weights_step else ""))
         if was is None:  # written before run.json recorded it, when CPU directions came from torch's generator
             log(f"warning: run.json does not record the original run's directions (runs that predate the record "
                 f"drew z on CPU from torch's generator); the resumed steps use {perturber.directions}")
@@ -345,16 +361,43 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
                                            "data_fingerprint": fingerprint,
                                            "secret_source": secret_source(cfg, _claims_privacy(mechanism)),
                                            "directions": perturber.directions})
+    journal = Journal(run_dir)
+    if point is None or not point.journaled:
+        journal.start(start, mechanism.state_dict())  # before any release of this process
     log(f"paczero: {cfg.mechanism} on {cfg.task} ({n} examples, {cfg.track}, {cfg.model}); "
         f"{len(full_batches)} micro-batches; setup {time.time() - t_setup:.1f}s")
 
-    if start == 0 and cfg.eval_zero_shot and zero_shot is None:
+    if weights_step == 0 and cfg.eval_zero_shot and zero_shot is None:  # the weights are the base model's
         zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
         log(f"zero-shot: dev {_fmt(zero_shot['dev'])} | test {_fmt(zero_shot['test'])}")
 
     def checkpoint(step: int) -> None:
         public = {"step": step, "best": best, "zero_shot": zero_shot, "seconds": cum_time}
         save_checkpoint(run_dir, step, trainable_state(params), public, {"mechanism": mechanism.state_dict()})
+
+    def after_step(done: int, recorded: set | frozenset = frozenset()) -> dict | None:
+        """Evaluate on dev where due (unless ``recorded`` holds that step's evaluation already); returns the
+        dev metrics, if evaluated."""
+        nonlocal best
+        if not (done % cfg.eval_every == 0 or done == cfg.steps) or done in recorded:
+            return None
+        dev = evaluate(setup, setup.dev_enc)
+        improved = best is None or _better(dev, best["dev"], task.metric)
+        if improved and cfg.dev_best:
+            best = {"step": done, "dev": dev}
+            _save_best(run_dir, params)
+        with open(eval_path, "a") as f:
+            f.write(json.dumps({"step": done, "dev": dev, "best_step": best["step"] if best else None}) + "\n")
+        return dev
+
+    if start > weights_step:  # the logged steps after the checkpoint: their published updates, not their releases
+        recorded = {r["step"] for r in read_jsonl(eval_path, "evals.jsonl")}
+        for rec in point.records[weights_step:start]:
+            coefs = rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]]
+            perturber.apply_update(rec["step"], coefs, rec["lr"], cfg.weight_decay)
+            cum_time += rec.get("seconds") or 0.0
+            after_step(rec["step"] + 1, recorded)
+        checkpoint(start)
 
     dp.agree("directions", perturber.directions)
     dp.sync_weights(params)
@@ -381,18 +424,13 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
                 # its size) are not in the DP analysis
                 train_loss, rows, seconds = None, None, None
             record = _step_record(step, releases, mechanism, lr, train_loss, seconds, rows)
+            journal.step(record, mechanism.state_dict())  # on disk before the record can be seen: final
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
 
             done = step + 1
-            if done % cfg.eval_every == 0 or done == cfg.steps:
-                dev = evaluate(setup, setup.dev_enc)
-                improved = best is None or _better(dev, best["dev"], task.metric)
-                if improved and cfg.dev_best:
-                    best = {"step": done, "dev": dev}
-                    _save_best(run_dir, params)
-                with open(eval_path, "a") as f:
-                    f.write(json.dumps({"step": done, "dev": dev, "best_step": best["step"] if best else None}) + "\n")
+            dev = after_step(done)
+            if dev is not None:
                 bar.set_postfix_str(f"dev {task.metric} {dev.get(task.metric, float('nan')):.3f}", refresh=False)
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or stop.requested:
                 checkpoint(done)
@@ -405,6 +443,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
                 break
     dp.stop()
     bar.close()
+    journal.close()
     if stopped:
         return {"stopped_at": done, "out_dir": str(run_dir)}
     return finish(setup, run_dir, params, mechanism, best, zero_shot, cum_time, log)
@@ -453,6 +492,31 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
     log(summary["privacy_text"])
     return summary
+
+
+def _complete_log(log_path: Path, point) -> None:
+    """log.jsonl holds exactly the resumed run's published records: those it holds, then those the journal
+    holds and the log lacks (a crash between the two writes, or a torn last line)."""
+    tmp = log_path.with_name(f".{log_path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in point.records))
+    os.replace(tmp, log_path)
+
+
+def _best_from_evals(path: Path, upto: int) -> dict | None:
+    """The dev-best bookkeeping of a resumed run, from its evaluations of steps <= ``upto`` (later ones,
+    if any, are dropped from evals.jsonl)."""
+    from paczero.journal import read_jsonl
+
+    records = [r for r in read_jsonl(path, "evals.jsonl") if r.get("step", upto + 1) <= upto]
+    if path.exists():
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
+        os.replace(tmp, path)
+    if not records or records[-1].get("best_step") is None:
+        return None
+    step = records[-1]["best_step"]
+    dev = next((r["dev"] for r in records if r["step"] == step), None)
+    return None if dev is None else {"step": step, "dev": dev}
 
 
 def _recorded_dev(path: Path, step: int) -> dict | None:

@@ -117,10 +117,11 @@ def test_ranks_that_would_draw_other_directions_refuse_to_start(tmp_path):
 
 
 def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank: int = -1,
-               sigterm_at: tuple[int, int] = (-1, -1)) -> None:
+               sigterm_at: tuple[int, int] = (-1, -1), kill_after: int = -1) -> None:
     """A rank that trains ``configs[rank]`` through the CLI's error handling; ``retokenize_rank``
     appends a token to every prompt there (a rank whose tokenizer differs); rank ``sigterm_at[0]``
-    sends itself SIGTERM while it scores step ``sigterm_at[1]``."""
+    sends itself SIGTERM while it scores step ``sigterm_at[1]``; rank 0 SIGKILLs itself once step
+    ``kill_after`` is in log.jsonl."""
     import contextlib
     import io
     import sys
@@ -147,6 +148,24 @@ def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank:
                 os.kill(os.getpid(), signal.SIGTERM)
             return scalars(perturber, step, *args, **kwargs)
         zo.two_point_scalars = signalled
+    if rank == 0 and kill_after >= 0:
+        import signal
+
+        import paczero.train as tr
+        progress = tr._progress
+
+        def killing_progress(cfg, start):
+            bar, done = progress(cfg, start), [start]
+            update = bar.update
+
+            def counted(n=1):
+                update(n)
+                done[0] += n
+                if done[0] == kill_after + 1:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            bar.update = counted
+            return bar
+        tr._progress = killing_progress
     tdist.init_process_group("gloo", rank=rank, world_size=world)
     err = io.StringIO()
     try:
@@ -287,9 +306,10 @@ def test_the_compared_settings_never_carry_the_private_seed():
 
 
 def test_two_processes_resume_a_run_as_one_would(single, tmp_path):
-    """A run resumed under data parallelism (rank 0 reads the checkpoint, restores the mechanism's state
-    and sends the weights to the other rank) continues as the uninterrupted single process: the same
-    transcript, evaluations and selected weights, bit for bit. Its first steps were one process's."""
+    """A run resumed under data parallelism (rank 0 reads the checkpoint and the journal, restores the
+    mechanism's state, replays the logged steps after the checkpoint and sends the weights to the other
+    rank) ends as the uninterrupted single process: the same transcript, evaluations and selected
+    weights, bit for bit. Its first steps were one process's."""
     import shutil
 
     resumed = tmp_path / "resumed"
@@ -299,11 +319,34 @@ def test_two_processes_resume_a_run_as_one_would(single, tmp_path):
     mp.start_processes(_rank_with, args=(2, free_port(), [config, config]), nprocs=2, start_method="spawn",
                        join=True)
     assert [_stopped(str(resumed), r)[0] for r in (0, 1)] == [0, 0]
-    assert (resumed / "checkpoints" / "step-000004").is_dir()  # steps 3 and 4 ran again, under two ranks
+    assert (resumed / "checkpoints" / "step-000004").is_dir()  # steps 3 and 4 replayed, then checkpointed
     assert _transcript(single) == _transcript(resumed)
     assert (single / "evals.jsonl").read_text() == (resumed / "evals.jsonl").read_text()
     wa, wb = load_file(f"{single}/selected.safetensors"), load_file(f"{resumed}/selected.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_two_processes_killed_after_a_logged_step_resume_without_executing_it_again(single, tmp_path):
+    """Both ranks SIGKILLed once step 3 is logged (rank 0 is killed; rank 1 loses it): the log holds 3
+    steps, the newest checkpoint is step 2. The resume under two ranks replays step 3's published update
+    on rank 0 and sends the weights to rank 1; every record logged before the kill is unchanged and the
+    finished run is the uninterrupted single process's, bit for bit. Red if a resume executes logged
+    steps again from the checkpoint's private state (the noise of step 3 would be drawn twice)."""
+    run = tmp_path / "run"
+    config = _config(str(run)).to_dict()
+    with pytest.raises(Exception):
+        mp.start_processes(_rank_with, args=(2, free_port(), [config, config], -1, (-1, -1), 2), nprocs=2,
+                           start_method="spawn", join=True)
+    published = (run / "log.jsonl").read_text().splitlines()
+    assert len(published) == 3 and sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-000002"]
+    resumed = {**config, "resume": True}
+    mp.start_processes(_rank_with, args=(2, free_port(), [resumed, resumed]), nprocs=2, start_method="spawn",
+                       join=True)
+    assert [_stopped(str(run), r)[0] for r in (0, 1)] == [0, 0]
+    assert (run / "log.jsonl").read_text().splitlines()[:3] == published
+    assert _transcript(single) == _transcript(run)
+    wa, wb = load_file(f"{single}/selected.safetensors"), load_file(f"{run}/selected.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
 def test_sigterm_on_another_rank_ends_the_run_with_a_checkpoint(single, tmp_path):

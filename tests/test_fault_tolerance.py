@@ -56,6 +56,27 @@ elif mode in ("kill_mid_step", "term_mid_step", "slurm_mid_step"):   # lr_at run
             os.kill(os.getpid(), signal.SIGKILL if mode == "kill_mid_step" else signal.SIGTERM)
         return _lr(cfg, step)
     tr.lr_at = lr_at
+elif mode == "kill_after_log":   # SIGKILL once step `at`'s record is in log.jsonl (and its checkpoint, if due)
+    _progress = tr._progress
+    def progress(cfg, start):
+        bar, done = _progress(cfg, start), [start]
+        _update = bar.update
+        def update(n=1):
+            _update(n)
+            done[0] += n
+            if done[0] == at + 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+        bar.update = update
+        return bar
+    tr._progress = progress
+elif mode == "kill_after_journal":   # SIGKILL once step `at` is journaled, before its record reaches log.jsonl
+    import paczero.journal as jn
+    _step = jn.Journal.step
+    def step(self, record, state):
+        _step(self, record, state)
+        if record["step"] == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+    jn.Journal.step = step
 sys.exit(main(sys.argv[1:]))
 '''
 
@@ -65,6 +86,8 @@ def _flags(out: Path, **extra) -> list[str]:
     args = ["train", "--out-dir", str(out)]
     for k, v in values.items():
         flag = "--" + k.replace("_", "-")
+        if v is None:
+            continue
         if isinstance(v, bool):
             args.append(flag if v else "--no-" + k.replace("_", "-"))
         else:
@@ -95,7 +118,8 @@ def _transcript(run: Path) -> list[dict]:
     recs = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
     for r in recs:
         r.pop("seconds")
-        r["train_loss"] = float(f"{r['train_loss']:.5g}")
+        if r["train_loss"] is not None:
+            r["train_loss"] = float(f"{r['train_loss']:.5g}")
     return recs
 
 
@@ -118,12 +142,12 @@ def _assert_same_run(run: Path, ref: Path) -> None:
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def _spawn(tmp: Path, out: Path, mode: str = "", at: int = -1, resume: bool = False) -> subprocess.Popen:
+def _spawn(tmp: Path, out: Path, mode: str = "", at: int = -1, resume: bool = False, **extra) -> subprocess.Popen:
     wrapper = tmp / "wrapper.py"
     wrapper.write_text(WRAPPER)
     env = {**os.environ, "FT_MODE": mode, "FT_AT": str(at), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    args = [sys.executable, str(wrapper)] + _flags(out) + (["--resume"] if resume else [])
+    args = [sys.executable, str(wrapper)] + _flags(out, **extra) + (["--resume"] if resume else [])
     return subprocess.Popen(args, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -193,7 +217,7 @@ def test_corrupted_newest_checkpoint_falls_back(reference, tmp_path, capsys):
     assert main(_flags(out) + ["--resume"]) == 0
     printed = capsys.readouterr().out
     assert f"checkpoint step-{STEPS:06d}: weights.safetensors is corrupted" in printed
-    assert f"resuming from step {STEPS - 2}" in printed
+    assert f"resuming from step {STEPS} (weights of step {STEPS - 2}, 2 logged steps replayed)" in printed
     _assert_same_run(out, reference)
 
 
@@ -203,39 +227,75 @@ def test_corrupted_manifest_falls_back(reference, tmp_path, capsys):
     (out / "checkpoints" / f"step-{STEPS:06d}" / "manifest.json").write_text("{not json")
     assert main(_flags(out) + ["--resume"]) == 0
     printed = capsys.readouterr().out
-    assert "unreadable manifest" in printed and f"resuming from step {STEPS - 2}" in printed
+    assert "unreadable manifest" in printed and f"resuming from step {STEPS} (weights of step {STEPS - 2}" in printed
     assert "directions now come from" not in printed  # the same generator: no warning
     _assert_same_run(out, reference)
 
 
 def test_resume_with_another_generator_of_z_says_so(reference, tmp_path, capsys, monkeypatch):
-    """run.json records which generator defines z; a resume whose z comes from another one (no C compiler
-    there, or PACZERO_TORCH_DIRECTIONS=1) finishes the run but warns that its later steps follow other
-    directions."""
+    """run.json records which generator defines z. A resume that must replay logged steps (here 9 and 10,
+    after the checkpoint of step 8) along another generator (no C compiler there, or
+    PACZERO_TORCH_DIRECTIONS=1) is refused with one line, exit code 2, nothing written: the published
+    coefficients would move the weights along other directions. Where nothing needs replaying (a run
+    stopped at its checkpoint) the resume goes on with a warning that its later steps follow other
+    directions. Red if the refusal is dropped (the first resume then succeeds)."""
     out = tmp_path / "run"
     shutil.copytree(reference, out)
     shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
     saved = json.loads((out / "run.json").read_text())["directions"]
     assert "philox" in saved
+    files = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".paczero.lock"}
     monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
-    assert main(_flags(out) + ["--resume"]) == 0
+    assert main(_flags(out) + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"paczero: error: cannot resume: steps {STEPS - 1}..{STEPS} must "
+                                                    f"be replayed along the original run's directions ({saved})")
+    assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".paczero.lock"} == files
+
+    stopped = tmp_path / "stopped"
+    monkeypatch.delenv("PACZERO_TORCH_DIRECTIONS")
+    p = _spawn(tmp_path, stopped, "term_mid_step", 2)
+    assert p.communicate(timeout=120) and p.returncode == 130
+    monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
+    assert main(_flags(stopped) + ["--resume"]) == 0
     printed = capsys.readouterr().out
-    assert f"resuming from step {STEPS - 2}" in printed
+    assert "resuming from step 3\n" in printed
     assert f"warning: the directions now come from torch generator per chunk (cpu) ({saved} in the original run)" \
         in printed
-    assert _transcript(out)[:STEPS - 2] == _transcript(reference)[:STEPS - 2]
-    assert json.loads((out / "run.json").read_text())["directions"] == saved  # the original run's record
+    assert _transcript(stopped)[:3] == _transcript(reference)[:3]
+    assert json.loads((stopped / "run.json").read_text())["directions"] == saved  # the original run's record
 
 
 def test_resume_of_a_run_that_predates_the_record_of_its_directions_says_so(reference, tmp_path, capsys):
+    """A run written before run.json recorded its directions has no private journal either: it resumes from
+    a checkpoint at its last logged step, with a warning about the directions."""
     out = tmp_path / "run"
     shutil.copytree(reference, out)
-    shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
+    (out / "journal.jsonl").unlink()
+    (out / "summary.json").unlink()
     meta = json.loads((out / "run.json").read_text())
     del meta["directions"]
     (out / "run.json").write_text(json.dumps(meta))
     assert main(_flags(out) + ["--resume"]) == 0
     assert "run.json does not record the original run's directions" in capsys.readouterr().out
+
+
+def test_a_run_without_journal_is_not_continued_past_its_logged_steps(reference, tmp_path, capsys):
+    """Without a private journal (runs of paczero 0.1) the private state after logged steps 9 and 10 is
+    unknown (the checkpoint is of step 8): continuing would execute them again with the same private
+    noise. Refused with one line, exit code 2, nothing written. Red if the resume falls back to
+    re-running from the checkpoint."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    (out / "journal.jsonl").unlink()
+    shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
+    before = (out / "log.jsonl").read_text()
+    assert main(_flags(out) + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(
+        f"paczero: error: cannot resume: log.jsonl holds steps up to {STEPS} but the newest checkpoint is step "
+        f"{STEPS - 2}")
+    assert (out / "log.jsonl").read_text() == before
 
 
 @pytest.mark.parametrize("change, word", [
@@ -303,3 +363,90 @@ def test_a_run_folder_in_use_is_neither_resumed_nor_overwritten(reference, tmp_p
         holder.kill()
         holder.wait()
     assert main(_flags(out) + ["--resume"]) == 0
+
+
+#: every mechanism with a private state, as flags on top of CFG
+MECHANISMS = {
+    "pac-mi": {},
+    "pac-zpl": {"mechanism": "pac-zpl", "mi_budget": None},
+    "hybrid": {"mechanism": "hybrid", "switch_step": 5},
+    "dpzero": {"mechanism": "dpzero", "mi_budget": None, "epsilon": 2.0, "sample_rate": 0.5},
+    "dp-aggzo": {"mechanism": "dp-aggzo", "mi_budget": None, "epsilon": 2.0, "sample_rate": 0.5, "num_directions": 2},
+}
+
+
+def _lines(run: Path) -> list[str]:
+    return (run / "log.jsonl").read_text().splitlines()
+
+
+@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
+def test_a_logged_step_is_final(mechanism, tmp_path, capsys, monkeypatch, one_thread):
+    """SIGKILL after step 6 is logged, two steps after the checkpoint of step 4. Every record of the log
+    copied at the kill is unchanged in the final log, byte for byte, and the finished run is the
+    uninterrupted one (transcript, charge, weights): the resume continued after the last logged step
+    from the private state that followed it, and rebuilt the weights by replaying the published
+    coefficients. A resume that would replay along another generator of z is refused first, with one
+    line, changing nothing. Red if a resume executes logged steps again (their releases then differ
+    from the published ones as soon as anything differs, e.g. the generator of z, and the private
+    noise repeats), if the private state is taken from the checkpoint instead of the journal (the
+    noise of steps 5 and 6 is drawn twice), or if the replay refusal is dropped."""
+    extra = {**MECHANISMS[mechanism], "checkpoint_every": 4}
+    reference = tmp_path / "reference"
+    train(TrainConfig(out_dir=str(reference), **{**CFG, **extra}), log=lambda *a: None)
+    out = tmp_path / "run"
+    p = _spawn(tmp_path, out, "kill_after_log", 5, **extra)
+    p.communicate(timeout=120)
+    assert p.returncode == -signal.SIGKILL
+    published = _lines(out)
+    assert len(published) == 6 and [c.name for c in (out / "checkpoints").iterdir()] == ["step-000004"]
+    assert oct((out / "journal.jsonl").stat().st_mode & 0o777) == "0o600"
+
+    monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
+    assert main(_flags(out, **extra) + ["--resume"]) == 2
+    assert "must be replayed along the original run's directions" in capsys.readouterr().err
+    assert _lines(out) == published
+    monkeypatch.delenv("PACZERO_TORCH_DIRECTIONS")
+
+    assert main(_flags(out, **extra) + ["--resume"]) == 0
+    assert "resuming from step 6 (weights of step 4, 2 logged steps replayed)" in capsys.readouterr().out
+    final = _lines(out)
+    assert final[:6] == published and [json.loads(r)["step"] for r in final] == list(range(STEPS))
+    assert _transcript(out) == _transcript(reference)
+    a, b = json.loads((out / "summary.json").read_text()), json.loads((reference / "summary.json").read_text())
+    assert a["privacy"] == b["privacy"] and a["test"] == b["test"]
+    assert (out / "evals.jsonl").read_text() == (reference / "evals.jsonl").read_text()
+    wa, wb = _weights(out / "selected.safetensors"), _weights(reference / "selected.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_journaled_step_missing_from_the_log_is_published_from_the_journal(reference, tmp_path, capsys):
+    """SIGKILL between the journal's line of step 5 and its log record: the resume writes step 5's record
+    from the journal (it may have been seen: a torn line counts as published) and goes on from step 6;
+    the run ends as the uninterrupted one. Red if step 5 is executed again instead."""
+    out = tmp_path / "run"
+    p = _spawn(tmp_path, out, "kill_after_journal", 5)
+    p.communicate(timeout=120)
+    assert p.returncode == -signal.SIGKILL and len(_lines(out)) == 5
+    with open(out / "log.jsonl", "a") as f:
+        f.write('{"step": 5, "bra')  # a torn write of step 5's record
+    assert main(_flags(out) + ["--resume"]) == 0
+    assert "resuming from step 6 (weights of step 4, 2 logged steps replayed)" in capsys.readouterr().out
+    _assert_same_run(out, reference)
+
+
+def test_a_log_that_differs_from_the_journal_is_refused(reference, tmp_path, capsys):
+    """A logged record that the private journal does not hold as it is (an edited log) stops the resume
+    with one line and exit code 2; nothing is written."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    (out / "summary.json").unlink()
+    lines = _lines(out)
+    record = json.loads(lines[3])
+    record["bit"] = -record["bit"]
+    lines[3] = json.dumps(record)
+    (out / "log.jsonl").write_text("\n".join(lines) + "\n")
+    before = (out / "log.jsonl").read_text()
+    assert main(_flags(out) + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "paczero: error: cannot resume: log.jsonl step 3 differs from the run's private journal"
+    assert (out / "log.jsonl").read_text() == before

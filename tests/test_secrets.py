@@ -1,4 +1,5 @@
-"""The secret index, the posterior, the design and the private generator state stay in private.json.
+"""The secret index, the posterior, the design and the private generator state stay in the private files
+(checkpoints' private.json and the run's journal.jsonl, both mode 0600).
 
 A tiny PAC-MI run through the CLI with a known private seed; then every
 artefact of the run (log.jsonl, evals.jsonl, run.json, summary.json, public.json,
@@ -50,6 +51,7 @@ def test_secrets_stay_in_private_files(tmp_path, capsys):
 
     private_files = sorted(run.glob("checkpoints/*/private.json"))
     assert private_files
+    assert stat.S_IMODE((run / "journal.jsonl").stat().st_mode) == 0o600
     for p in private_files:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     assert stat.S_IMODE((run / "checkpoints").stat().st_mode) == 0o700
@@ -57,13 +59,14 @@ def test_secrets_stay_in_private_files(tmp_path, capsys):
     secret = state["secret"]
     assert isinstance(secret, int) and 0 <= secret < 8 and "log_posterior" in state
     design_b64 = state["design"]["__ndarray__"]
-    rng_word = str(state["rng_state"]["state"]["state"])  # the PCG64 state integer
+    rng_word = state["rng_state"]["key"]  # the key of the private stream
     log_post = np.frombuffer(base64.b64decode(state["log_posterior"]["__ndarray__"]), dtype=np.float64)
 
     blobs = {"console": console.encode()}
     for path in run.rglob("*"):
         # the saved tokenizer is the public vocabulary (it holds words such as "secret"): skipped
-        if path.is_file() and path.name != "private.json" and not path.name.startswith(("tokenizer", "chat_template")):
+        if path.is_file() and path.name not in ("private.json", "journal.jsonl") \
+                and not path.name.startswith(("tokenizer", "chat_template")):
             blobs[str(path.relative_to(run))] = path.read_bytes()
             if path.suffix in (".json", ".jsonl"):
                 for value in _json_values(path):

@@ -1,0 +1,159 @@
+"""The private journal of a run: a published step is final.
+
+``journal.jsonl`` (mode 0600, in the run folder) holds one line per step: the
+step's public record and the mechanism's state *after* its release (the
+secret index, the posterior, the private generator's state, the MI charged so
+far). Its first line holds the mechanism's state before the first step,
+design included. Each line is flushed to disk (``fsync``) before the step's
+record is written to ``log.jsonl``, so whatever a crash interrupts, every
+record that can have been seen in the log is in the journal, with the private
+state that follows it.
+
+A resumed run therefore never executes a logged step again (executing it
+again would re-release the step with the same private noise, and two releases
+of the same noise give the secret away). It continues after the last
+journaled step, from that step's private state, with every journaled release
+charged; the weights are rebuilt from the newest checkpoint at or before it by
+replaying the journaled coefficients along the same public directions (the
+updates are deterministic; the perturbations in between restore the weights
+exactly). A record that was journaled but did not reach the log (a crash
+between the two writes, or a torn last line) is written to the log from the
+journal: it counts as published. A step that was computed but not journaled was
+never published, and runs again from the same private state.
+
+This module reads and writes the journal and checks the log against it; the
+replay itself is in :mod:`paczero.train`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paczero.checkpoint import CheckpointError, decode, encode
+
+NAME = "journal.jsonl"
+
+__all__ = ["NAME", "Journal", "ResumePoint", "read_jsonl", "resume_point"]
+
+
+def _strip_design(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in state.items() if k != "design"}
+
+
+class Journal:
+    """Append-only, owner-only, fsync'd: :meth:`start` once per run, :meth:`step` once per step."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / NAME
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(fd, 0o600)
+        self._file = os.fdopen(fd, "a")
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        self._file.write(json.dumps(encode(entry)) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def start(self, after_steps: int, state: dict[str, Any]) -> None:
+        """The mechanism's full state (design included) after ``after_steps`` steps: the journal's first line."""
+        self._write({"start": int(after_steps), "mechanism": state})
+
+    def step(self, record: dict[str, Any], state: dict[str, Any]) -> None:
+        """Step ``record["step"]``'s public record and the mechanism's state after it (design left out)."""
+        self._write({"step": int(record["step"]), "record": record, "mechanism": _strip_design(state)})
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_jsonl(path: Path, what: str) -> list[dict]:
+    """The records of a JSON-lines file; a torn last line (a crash mid-write) is left out, a damaged
+    line before it raises CheckpointError."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            if i == len(lines) - 1:
+                break
+            raise CheckpointError(f"cannot resume: {what} is damaged at line {i + 1}") from None
+        if not isinstance(rec, dict):
+            raise CheckpointError(f"cannot resume: {what} is damaged at line {i + 1}")
+        out.append(rec)
+    return out
+
+
+@dataclass
+class ResumePoint:
+    """Where a resumed run stands, from its journal, its log and its newest checkpoint."""
+    #: steps done according to the journal (the next step to run)
+    steps_done: int
+    #: the mechanism's state after ``steps_done`` steps (design included); None: keep the checkpoint's
+    mechanism: dict[str, Any] | None
+    #: the public records of steps 0..steps_done-1 (those the journal holds; others from the log)
+    records: list[dict] = field(default_factory=list)
+    #: how many leading records of ``records`` log.jsonl already holds intact
+    logged: int = 0
+    #: whether the run has a journal (runs written by paczero 0.1 have none)
+    journaled: bool = True
+
+
+def _same(a: dict, b: dict) -> bool:
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def resume_point(run_dir: Path, checkpoint_step: int | None) -> ResumePoint:
+    """Read the journal and the log of ``run_dir`` and check them against each other.
+
+    Raises CheckpointError (one line) when they cannot be reconciled: a logged record that the
+    journal lacks or that differs from the journal's, a damaged line, a checkpoint newer than the
+    journal, or (a run without a journal) logged steps after the newest checkpoint, which could not
+    be continued without executing them again.
+    """
+    run_dir = Path(run_dir)
+    log = read_jsonl(run_dir / "log.jsonl", "log.jsonl")
+    for i, rec in enumerate(log):
+        if rec.get("step") != i:
+            raise CheckpointError(f"cannot resume: log.jsonl line {i + 1} is not step {i}")
+    entries = read_jsonl(run_dir / NAME, NAME)
+    if not entries:
+        last = checkpoint_step or 0
+        if len(log) > last:
+            raise CheckpointError(
+                f"cannot resume: log.jsonl holds steps up to {len(log)} but the newest checkpoint is step {last} and "
+                f"the run has no private journal ({NAME}) to continue after them without executing them again")
+        return ResumePoint(steps_done=last, mechanism=None, records=log[:last], logged=len(log[:last]),
+                           journaled=False)
+    head = decode(entries[0])
+    if "start" not in head:
+        raise CheckpointError(f"cannot resume: {NAME} does not begin with the run's starting state")
+    start, state = int(head["start"]), head["mechanism"]
+    design = state.get("design")
+    steps = [decode(e) for e in entries[1:]]
+    for j, e in enumerate(steps):
+        if e.get("step") != start + j:
+            raise CheckpointError(f"cannot resume: {NAME} line {j + 2} is not step {start + j}")
+    done = start + len(steps)
+    if steps:
+        state = {**steps[-1]["mechanism"], "design": design}
+    if len(log) > done:
+        raise CheckpointError(f"cannot resume: log.jsonl holds step {done} but the private journal ends before it")
+    if len(log) < start:
+        raise CheckpointError(f"cannot resume: log.jsonl ends at step {len(log)}, before the journal begins ({start})")
+    journaled = {e["step"]: e["record"] for e in steps}
+    for rec in log[start:]:
+        if not _same(rec, journaled[rec["step"]]):
+            raise CheckpointError(f"cannot resume: log.jsonl step {rec['step']} differs from the run's private journal")
+    if checkpoint_step is not None and checkpoint_step > done:
+        raise CheckpointError(f"cannot resume: the checkpoint of step {checkpoint_step} is newer than the journal "
+                              f"({done} steps)")
+    records = log[:start] + [journaled[s] for s in range(start, done)]
+    return ResumePoint(steps_done=done, mechanism=state, records=records, logged=len(log))
