@@ -5,6 +5,8 @@ A run directory holds::
     .paczero.lock       held (flock) by the process writing the folder (RunLock)
     run.json            public: paczero marker, resolved config, data fingerprint, secret source, directions
     log.jsonl           one public record per step (the transcript and diagnostics)
+    journal.jsonl       mode 0600: each step's record and the mechanism's state after it, written
+                        before the record reaches log.jsonl (paczero.journal: a logged step is final)
     evals.jsonl         one record per evaluation
     checkpoints/step-NNNNNN/
         weights.safetensors   trainable parameters only (LoRA: the adapters)
@@ -286,23 +288,3 @@ def clear_run_dir(path: Path) -> None:
     for entry in path.iterdir():
         if entry.name != RunLock.NAME:
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-
-
-def truncate_jsonl(path: Path, keep_while) -> None:
-    """Keep the leading records for which keep_while(record) holds (used on resume)."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            break  # a torn last line from a crash
-        if not keep_while(rec):
-            break
-        kept.append(line)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(k + "\n" for k in kept))
-    os.replace(tmp, path)

@@ -336,7 +336,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
         if found is not None:
             weights_step, weights, public, private = found
             load_trainable(params, weights)
-            zero_shot, cum_time = public.get("zero_shot"), public.get("seconds", 0.0)
+            zero_shot, cum_time = public.get("zero_shot"), public.get("seconds") or 0.0
         mechanism.load_state_dict(point.mechanism if point.mechanism is not None else private["mechanism"])
         start = point.steps_done
         if start > weights_step and was != perturber.directions:
@@ -372,7 +372,8 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
         log(f"zero-shot: dev {_fmt(zero_shot['dev'])} | test {_fmt(zero_shot['test'])}")
 
     def checkpoint(step: int) -> None:
-        public = {"step": step, "best": best, "zero_shot": zero_shot, "seconds": cum_time}
+        public = {"step": step, "best": best, "zero_shot": zero_shot,
+                  "seconds": None if _private_batches(cfg) else cum_time}
         save_checkpoint(run_dir, step, trainable_state(params), public, {"mechanism": mechanism.state_dict()})
 
     def after_step(done: int, recorded: set | frozenset = frozenset()) -> dict | None:
@@ -419,7 +420,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
             dt = time.time() - t0
             cum_time += dt
             seconds = dt
-            if idx is not None and cfg.mechanism in ("dpzero", "dp-aggzo"):
+            if _private_batches(cfg):
                 # a Poisson-sampled batch is private: its size, its loss and the step's time (which grows with
                 # its size) are not in the DP analysis
                 train_loss, rows, seconds = None, None, None
@@ -482,8 +483,8 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "test": test,
         "privacy": statement,
         "privacy_text": privacy_statement_text(statement, cfg),
-        "train_seconds": seconds,
-        "seconds_per_step": seconds / cfg.steps,
+        "train_seconds": None if _private_batches(cfg) else seconds,  # DP: time grows with the private batches
+        "seconds_per_step": None if _private_batches(cfg) else seconds / cfg.steps,
     }
     atomic_json(run_dir / "summary.json", summary)
     (run_dir / "model" / "README.md").write_text(model_card(summary))  # in place of peft's empty template
@@ -580,6 +581,12 @@ def _step_record(step, releases, mechanism, lr, train_loss, seconds, rows) -> di
     return rec
 
 
+def _private_batches(cfg: TrainConfig) -> bool:
+    """The DP baselines score a Poisson sample of the universe: its size is private, and so are the train loss
+    over it and every time that grows with it (per step, in total, a progress bar's rate)."""
+    return cfg.mechanism in ("dpzero", "dp-aggzo")
+
+
 def _claims_privacy(mechanism) -> bool:
     return mechanism.privacy_statement().get("private") is not False
 
@@ -596,5 +603,6 @@ def _progress(cfg: TrainConfig, start: int):
     from tqdm.auto import tqdm
 
     # into a file (a sweep's cell log, a batch job's output) a line a minute, not ten a second
+    timeless = {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"} if _private_batches(cfg) else {}
     return tqdm(total=cfg.steps, initial=start, disable=not cfg.progress, unit="step", dynamic_ncols=True,
-                file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 60.0)
+                file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 60.0, **timeless)
