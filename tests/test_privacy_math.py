@@ -29,7 +29,7 @@ from paczero.privacy import (
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def mi_mpmath(q: float, sigma: float, dps: int = 20) -> float:
+def mi_mpmath(q: float, sigma: float, dps: int = 30) -> float:
     """Eq. (binary-mi) by mpmath tanh-sinh quadrature, split at the transitions."""
     with mp.workdps(dps):
         q, s = mp.mpf(q), mp.mpf(sigma)
@@ -68,7 +68,7 @@ def mi_scipy(q: float, sigma: float) -> float:
 @pytest.mark.parametrize("sigma", [0.05, 0.25, 0.6, 2.0, 50.0, 1e4])
 def test_binary_mi_matches_mpmath(q, sigma):
     ref = mi_mpmath(q, sigma)
-    assert binary_mi(q, sigma) == pytest.approx(ref, rel=1e-8, abs=0)
+    assert binary_mi(q, sigma) == pytest.approx(ref, rel=1e-11, abs=0)  # below the calibration slack
 
 
 @pytest.mark.filterwarnings("ignore::scipy.integrate.IntegrationWarning")

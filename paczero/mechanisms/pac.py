@@ -1,16 +1,34 @@
 """The PAC-private per-step releases: PAC-MI, PAC-ZPL and the hybrid schedule.
 
 Algorithm 1 of the paper. Each step the M candidate subsets give one sign each;
-the mechanism keeps the adversary's posterior over the secret index j* and
-releases one bit:
+the mechanism keeps the adversary's posterior over the secret index j* (a
+log-posterior; an entry is -inf once a release has ruled the candidate out) and
+releases one bit. The minority mass ``m = min(q+, 1 - q+)`` is computed from the
+log-masses of the two sides (each a logsumexp over its own entries), never as
+``1 -`` a sum near 1; ``Release.q_plus`` is the mass of the +1 side, for the logs.
 
-* unanimity (q+ <= tau or q+ >= 1 - tau, tau = 1e-12, Appendix B): release
-  ``s_{j*}``; no MI, posterior unchanged (Lemma 1);
+* exact unanimity (the minority side has zero posterior mass; e.g. all M signs
+  equal): release ``s_{j*}``; MI 0, posterior unchanged (Lemma 1);
+* tolerance unanimity (``0 < m <= tau``, tau = 1e-12, Appendix B): releasing
+  ``s_{j*}`` leaks ``h(m)``; it is charged ``m (1 - log m) (1 + CHARGE_MARGIN)``
+  (``>= h(m)``, at most 2.9e-11 nats) and the posterior is conditioned on the
+  released sign. When the budget cannot pay it, a fair coin is released
+  instead (MI 0);
 * disagreement, PAC-MI (Section 3.1): ``y~ = s_{j*} + N(0, sigma^2)`` with
-  ``sigma = sigma_for_mi(q+, beta_t)``, ``beta_t`` from eq. (adaptive-beta)
-  capped at ``0.999 h(q+)``; release ``sgn(y~)``; Bayes update of the
-  posterior on ``y~``; charge ``binary_mi(q+, sigma) <= beta_t``;
-* disagreement, PAC-ZPL (Section 3.2, eq. zpl-coin): a fair coin; MI 0.
+  ``sigma = calibrate(m, beta_t)``, ``beta_t`` from eq. (adaptive-beta) capped
+  at ``0.999 h(m)``; release ``sgn(y~)``; Bayes update of the posterior on
+  ``y~``; charge ``binary_mi(m, sigma) (1 + CHARGE_MARGIN) <= beta_t``, an upper
+  bound of the true MI;
+* disagreement, PAC-ZPL (Section 3.2, eq. zpl-coin), and PAC-MI without
+  budget: a fair coin; MI 0.
+
+Every charge is added to ``mi_spent`` rounded upwards, and a charge that would
+take ``mi_spent`` above the total budget is never made (the release becomes a
+coin), so the sum of the charges never exceeds the budget. The tolerance
+charges are also summed in ``tolerance_mi`` (``tolerance_mi_bound`` of the
+privacy statement): the part of ``mi_spent`` paid for tolerance unanimity.
+PAC-ZPL's posterior stays uniform, so its minority mass is 0 or >= 1/M and
+only exact unanimity happens.
 
 With K directions per step (Appendix K) the per-step budget is split into
 ``beta_t / K`` per release and the posterior is updated sequentially.
@@ -26,8 +44,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..privacy import binary_entropy, dp_epsilon_matching_mi, mia_bound
-from ..privacy.binary_channel import calibrate
+from ..privacy import dp_epsilon_matching_mi, mia_bound
+from ..privacy.binary_channel import CHARGE_MARGIN, calibrate
+from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator, subset_signs
 from .base import Mechanism, Release
 
@@ -40,6 +59,38 @@ ENTROPY_CAP = 0.999
 #: relative safety margin on the remaining budget, so that float rounding in
 #: ``spent + mi`` can never push mi_spent above the total budget
 _BUDGET_MARGIN = 1e-12
+#: units in the last place of the total budget kept out of each step's budget: every
+#: charge adds at most 2 ulps of rounding (it is rounded upwards), so the K releases
+#: of a step (K <= 32) always fit; a charge that does not fit becomes a coin
+_RESERVE_ULPS = 64
+#: smallest charge for tolerance unanimity: ``h(m)`` when ``m (1 - log m)`` underflows
+_MIN_CHARGE = 2.2250738585072014e-308  # smallest normal double
+
+
+def _log_side_masses(log_post: np.ndarray, plus: np.ndarray) -> tuple[float, float]:
+    """Normalised log posterior masses of the +1 and -1 sides (-inf for no mass).
+
+    Each side is a logsumexp over its own entries, so a small side keeps its full
+    relative precision (no ``1 -`` a sum near 1) and no side underflows.
+    """
+    out = []
+    for side in (log_post[plus], log_post[~plus]):
+        mx = float(side.max()) if side.size else -math.inf
+        out.append(mx if mx == -math.inf else mx + math.log(float(np.exp(side - mx).sum())))
+    log_plus, log_minus = out
+    top = max(log_plus, log_minus)
+    log_total = top + math.log1p(math.exp(min(log_plus, log_minus) - top))
+    return log_plus - log_total, log_minus - log_total
+
+
+def _tolerance_charge(log_m: float) -> float:
+    """An upper bound of ``h(m)`` from ``log m``: ``m (1 - log m) (1 + CHARGE_MARGIN)``.
+
+    ``h(m) = m (1 - log m) - m^2 / 2 - ... <= m (1 - log m)``; the margin covers the
+    relative error of the mechanism's m. Never below :data:`_MIN_CHARGE`.
+    """
+    log_c = log_m + math.log1p(-log_m) + math.log1p(CHARGE_MARGIN)
+    return max(math.exp(log_c), _MIN_CHARGE)
 SCHEDULES = ("adaptive", "uniform")
 
 
@@ -100,7 +151,7 @@ class _PacBase(Mechanism):
         self._free_steps = 0
         self._releases = 0
         self._unanimous = 0
-        self._tolerance_mi = 0.0  # sum of h(q+) on tolerance-detected (not exact) unanimity
+        self._tolerance_mi = 0.0  # the part of _mi_spent charged for tolerance unanimity (each charge >= h(m))
 
     # ------------------------------------------------------------------ config
     def _config(self) -> dict[str, Any]:
@@ -155,36 +206,68 @@ class _PacBase(Mechanism):
             raise ValueError("signs must take values in {-1, +1}")
         return s.astype(np.int8)
 
+    def _pay(self, charge: float) -> bool:
+        """Add ``charge`` to mi_spent, rounded upwards; False (nothing added) when the
+        total would exceed the budget (PAC-ZPL has none)."""
+        total = getattr(self, "total_mi", None)
+        if total is None:
+            return False
+        spent = math.nextafter(self._mi_spent + charge, math.inf)  # >= the exact sum
+        if spent > total:
+            return False
+        self._mi_spent = spent
+        return True
+
+    def _coin(self, q_plus: float, agreement: float) -> Release:
+        bit = 1 if self._rng.random() < 0.5 else -1
+        return Release(bit=bit, branch="coin", coef=float(bit), beta=0.0,
+                       q_plus=q_plus, agreement=agreement)
+
     def _release_one(self, signs: np.ndarray, beta: float) -> Release:
-        post = self._posterior()
         plus = signs == 1
-        q_plus = float(post @ plus)
+        log_plus, log_minus = _log_side_masses(self._log_post, plus)
+        q_plus = math.exp(log_plus)  # public, for the logs; never used for calibration
+        log_m = min(log_plus, log_minus)  # the minority side's own log-mass
+        m = math.exp(log_m)
         agreement = int(np.count_nonzero(plus)) / self.num_subsets
         s_secret = int(signs[self._secret])
         self._releases += 1
-        if q_plus <= UNANIMITY_TOL or q_plus >= 1.0 - UNANIMITY_TOL:
+        if log_m == -math.inf:  # exact unanimity: s_{j*} is a function of the transcript
             self._unanimous += 1
-            if 0.0 < q_plus < 1.0:  # residual MI of the tolerance, bounded by h(tau)
-                self._tolerance_mi += float(binary_entropy(q_plus))
             return Release(bit=s_secret, branch="unanimous", coef=float(s_secret), beta=beta,
                            q_plus=q_plus, agreement=agreement)
-        if self._noised_phase() and beta > 0.0:
-            beta = min(beta, ENTROPY_CAP * float(binary_entropy(q_plus)))
+        if m <= UNANIMITY_TOL:  # tolerance unanimity: s_{j*} leaks h(m) <= charge
+            charge = _tolerance_charge(log_m)
+            if not self._pay(charge):
+                return self._coin(q_plus, agreement)
+            self._unanimous += 1
+            self._tolerance_mi += charge
+            # the adversary now knows s_{j*}: rule out the candidates that disagree
+            log_post = np.where(signs == s_secret, self._log_post, -math.inf)
+            self._log_post = log_post - log_post.max()
+            self._post_cache = None
+            return Release(bit=s_secret, branch="unanimous", coef=float(s_secret), mi=charge,
+                           beta=beta, q_plus=q_plus, agreement=agreement)
         if not self._noised_phase() or beta <= 0.0:
-            bit = 1 if self._rng.random() < 0.5 else -1
-            return Release(bit=bit, branch="coin", coef=float(bit), beta=0.0,
-                           q_plus=q_plus, agreement=agreement)
-        sigma, mi = calibrate(q_plus, beta)  # sigma_for_mi, and binary_mi(q+, sigma) <= beta
+            return self._coin(q_plus, agreement)
+        h_m = -m * log_m - (1.0 - m) * math.log1p(-m)
+        beta = min(beta, ENTROPY_CAP * h_m)
+        sigma, mi = calibrate(m, beta)  # mi (1 + CHARGE_MARGIN) <= beta
+        charge = mi * (1.0 + CHARGE_MARGIN)
+        if not self._pay(charge):
+            return self._coin(q_plus, agreement)
         y = s_secret + sigma * float(self._rng.standard_normal())
         bit = 1 if y >= 0.0 else -1
-        self._mi_spent += mi
-        # p[m] <- p[m] N(y; s_m, sigma^2): in log space the s-dependent part is y s_m / sigma^2
-        self._log_post = self._log_post + (y / (sigma * sigma)) * signs
-        self._log_post -= self._log_post.max()
-        self._log_post -= math.log(np.exp(self._log_post).sum())
+        # p[m] <- p[m] N(y; s_m, sigma^2): in log space the s-dependent part is c s_m with
+        # c = y / sigma^2; the normalising shift is folded in so each entry is rounded once
+        c = y / (sigma * sigma)
+        moved = self._log_post + c * signs
+        top = float(moved.max())
+        shift = top + math.log(float(np.exp(moved - top).sum()))
+        self._log_post = self._log_post + np.where(plus, c - shift, -c - shift)
         self._post_cache = None
         return Release(bit=bit, branch="noised", coef=float(bit), sigma=sigma, y_tilde=y,
-                       mi=mi, beta=beta, q_plus=q_plus, agreement=agreement)
+                       mi=charge, beta=beta, q_plus=q_plus, agreement=agreement)
 
     def release_many(self, signs_k: ArrayLike) -> list[Release]:
         """One step with K directions (Appendix K): ``[K, M]`` signs -> K releases.
@@ -233,7 +316,7 @@ class _PacBase(Mechanism):
             releases=self._releases,
             unanimous=self._unanimous,
             tolerance_mi=self._tolerance_mi,
-            rng_state=self._rng.bit_generator.state,
+            rng_state=generator_state(self._rng),
             design=None if self.design is None else self.design.copy(),
         )
         return state
@@ -262,10 +345,7 @@ class _PacBase(Mechanism):
         secret = state["secret"]
         if not isinstance(secret, (int, np.integer)) or not 0 <= secret < self.num_subsets:
             raise ValueError("field 'secret' is out of range")
-        rng_state = state["rng_state"]
-        bitgen = getattr(np.random, rng_state["bit_generator"])()
-        bitgen.state = rng_state
-        self._rng = np.random.Generator(bitgen)
+        self._rng = generator_from_state(state["rng_state"])
         self._secret = int(secret)
         self._log_post = log_post.copy()
         self._post_cache = None
@@ -281,20 +361,28 @@ class _PacBase(Mechanism):
         return None
 
     def privacy_statement(self) -> dict[str, Any]:
-        """Public guarantee so far: MI spent, its MIA bound (eq. pac_mi_bound), the
-        matched-MIA DP epsilon (a reference point only), step counts. Never
-        contains the secret, the posterior or any sign."""
+        """The public guarantee and the run's counters. Never contains the secret,
+        the posterior or any sign.
+
+        ``mi_bound`` is the guarantee: ``I(S*; transcript) <= mi_bound`` nats, the
+        total budget (Theorem 1), or 0 without a noised phase (Theorem 2).
+        ``mia_bound`` is its MIA success bound (eq. pac_mi_bound, prior 1/2) and
+        ``matched_dp_epsilon`` the DP epsilon with the same MIA bound (a reference
+        point only). ``mi_spent`` is the sum of this run's per-release charges: a
+        realised value of one run, not a bound; the guarantee bounds its
+        expectation over runs (the proof of Theorem 1: I = E[sum beta_used]).
+        """
         budget = self._budget()
-        spent = self._mi_spent
+        bound = 0.0 if budget is None else budget  # no budget: disagreement is a coin, MI 0
         return {
             "mechanism": self.name,
             "private": True,
             "mi_total_budget": budget,
-            "mi_spent": spent,
-            "mia_bound": mia_bound(spent),
-            "mia_bound_of_budget": None if budget is None else mia_bound(budget),
-            "matched_dp_epsilon": dp_epsilon_matching_mi(spent) if spent > 0.0 else 0.0,
+            "mi_bound": bound,
+            "mia_bound": mia_bound(bound),
+            "matched_dp_epsilon": dp_epsilon_matching_mi(bound) if bound > 0.0 else 0.0,
             "matched_dp_delta": 1e-5,
+            "mi_spent": self._mi_spent,
             "steps": self._steps,
             "free_steps": self._free_steps,
             "unanimity_rate": self.unanimity_rate,
@@ -321,8 +409,7 @@ class PacZPL(_PacBase):
 
     def privacy_statement(self) -> dict[str, Any]:
         out = super().privacy_statement()
-        out["mi_total_budget"] = 0.0
-        out["mia_bound_of_budget"] = mia_bound(0.0)
+        out["mi_total_budget"] = 0.0  # Theorem 2: I(S*; transcript) = 0, so mi_bound 0 and mia_bound 1/2
         return out
 
 
@@ -377,7 +464,8 @@ class PacMI(_PacBase):
         horizon = self._mi_horizon()
         if t > horizon:
             return 0.0
-        remaining = max(0.0, self.total_mi - self._mi_spent) * (1.0 - _BUDGET_MARGIN)
+        reserve = _RESERVE_ULPS * math.ulp(self.total_mi)
+        remaining = max(0.0, self.total_mi - self._mi_spent - reserve) * (1.0 - _BUDGET_MARGIN)
         if self.schedule == "adaptive":
             return remaining / (horizon - t + 1)
         return min(self.total_mi / horizon, remaining)
@@ -398,12 +486,14 @@ class Hybrid(PacMI):
     """Budget-then-ZPL schedule (the paper's proposed future work, Section 5).
 
     PAC-MI with its budget spread over the first ``switch_step`` steps
-    (eq. adaptive-beta with horizon ``switch_step``), then a zero-MI tail that
-    keeps the inherited posterior: unanimity is judged on the posterior weight
-    (q+ within tau of 0 or 1), disagreement gets a fair coin, and the
-    posterior is frozen. The tail adds no conditional MI, so the total stays
-    at most ``total_mi``. The MI phase also ends early once the remaining
-    budget is exhausted.
+    (eq. adaptive-beta with horizon ``switch_step``), then a tail that keeps
+    the inherited posterior: unanimity is judged on the posterior weight,
+    disagreement gets a fair coin (MI 0) and the posterior changes only by
+    ruling out candidates on tolerance unanimity. Exact unanimity is free;
+    tolerance unanimity (minority mass in (0, tau]) is charged its residual
+    from what is left of the budget, and becomes a coin once nothing is left,
+    so the total stays at most ``total_mi``. The MI phase also ends early once
+    the remaining budget is exhausted.
 
     Args:
         num_subsets: M (even).
