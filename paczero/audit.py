@@ -26,6 +26,16 @@ Three attacks:
 The design comes from the run's private checkpoint state (the informed
 adversary knows it by assumption). The secret index is read from the same
 state *only to score* the guesses, in :func:`_ground_truth`; no attack sees it.
+
+What is printed by default is public: the run's guarantee (the MIA bound of
+its MI bound, the budget; 1/2 for PAC-ZPL), its realised MI spend and the
+transcript adversary's own statistics (replay check, posterior, the success it
+expects from its posterior), none of which needs the secret. The attacks'
+scores against the truth (accuracy, AUC, "j* found", verdicts) are computed
+from j* and the true membership, so they reveal the secret of a real run: they
+are computed and returned only with ``reveal_secret=True`` (CLI
+``--reveal-secret``), and that output is marked private.
+
 Accuracy is the fraction of records guessed right; its 95% interval is
 Wilson's for per-record decisions (the loss attack) and Hoeffding's over runs for joint
 decisions (a guessed subset or posterior: a run's records move together); the AUC's is a
@@ -45,10 +55,13 @@ import numpy as np
 
 from paczero.config import ConfigError, TrainConfig
 
-__all__ = ["RunEvidence", "collect_run", "audit", "auc", "wilson", "hoeffding", "format_report"]
+__all__ = ["RunEvidence", "collect_run", "audit", "auc", "wilson", "hoeffding", "format_report", "PRIVATE_WARNING"]
 
 PAC_TRANSCRIPT = ("pac-mi", "pac-zpl", "hybrid")
 Z95 = 1.959963984540054
+#: the first line of every output computed with the secret
+PRIVATE_WARNING = ("PRIVATE: computed with the secret (j* and the true membership); it reveals the secret "
+                   "of a real run. Do not publish this output.")
 
 
 # --------------------------------------------------------------- statistics
@@ -94,7 +107,7 @@ def auc_interval(scores: np.ndarray, labels: np.ndarray, groups: np.ndarray, *, 
 # ------------------------------------------------------------- one run
 @dataclass
 class RunEvidence:
-    """What the adversary computed on one run, plus the truth used to score it."""
+    """What the adversary computed on one run, plus (when read) the truth used to score it."""
     run_dir: str
     mechanism: str
     num_subsets: int
@@ -102,10 +115,11 @@ class RunEvidence:
     loss_score: np.ndarray        # [N] base loss - released loss
     transcript_post: np.ndarray | None  # [M] posterior over j* from the public transcript
     replay_check: dict | None     # consistency of the replay with the logged q+ values
-    mi_spent: float | None
-    bound: float | None
-    member: np.ndarray            # [N] bool, the truth (scoring only)
-    secret: int                   # j* (scoring only)
+    mi_spent: float | None        # realised: the sum of this run's per-release charges (not a bound)
+    mi_bound: float | None        # the guarantee: I(S*; transcript) <= mi_bound (None: no claim)
+    bound: float | None           # the MIA success bound of mi_bound (None: no claim)
+    member: np.ndarray | None     # [N] bool, the truth (scoring only; None unless read)
+    secret: int | None            # j* (scoring only; None unless read)
 
 
 def _load_config(run_dir: Path) -> TrainConfig:
@@ -171,10 +185,13 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
         for rec in records:
             step = rec["step"]
             branches = rec["branch"] if isinstance(rec["branch"], list) else [rec["branch"]]
-            if "noised" in branches:
+            # noised releases move the posterior; a charged unanimity (tolerance unanimity) rules out the
+            # candidates whose sign differs from the released one
+            if "noised" in branches or ("unanimous" in branches and (rec.get("mi_step") or 0.0) > 0.0):
                 k = len(branches)
                 ys = rec["y_tilde"] if k > 1 else [rec["y_tilde"]]
                 sig = rec["sigma"] if k > 1 else [rec["sigma"]]
+                bits = rec["bit"] if k > 1 else [rec["bit"]]
                 g, _ = two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
                                          lambda b: setup.task.losses(setup.model, b), n, setup.device)
                 signs = subset_signs(stability_clip(g, cfg.clip), design)
@@ -183,6 +200,9 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
                     post /= post.sum()
                     if j == 0 and rec.get("q_plus") is not None:
                         worst = max(worst, abs(float(post[signs[j] == 1].sum()) - rec["q_plus"]))
+                    if branches[j] == "unanimous":
+                        log_post = np.where(signs[j] == bits[j], log_post, -math.inf)
+                        log_post -= log_post.max()
                     if branches[j] != "noised":
                         continue
                     noised += 1
@@ -197,8 +217,17 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
     return post / post.sum(), {"noised_releases": noised, "max_q_plus_error": worst}
 
 
-def collect_run(run_dir: str | Path) -> RunEvidence:
-    """Play the informed adversary on one finished run."""
+def _guarantee(privacy: dict) -> float | None:
+    """The run's MI bound (nats): the statement's ``mi_bound``, else its budget; None without a claim."""
+    if not privacy.get("private"):
+        return None
+    value = privacy.get("mi_bound", privacy.get("mi_total_budget"))
+    return None if value is None else float(value)
+
+
+def collect_run(run_dir: str | Path, *, with_truth: bool = True) -> RunEvidence:
+    """Play the informed adversary on one finished run; ``with_truth``: also read j* and the true
+    membership (from the private state) to score it."""
     from safetensors.torch import load_file
 
     from paczero.models import trainable_parameters
@@ -233,16 +262,16 @@ def collect_run(run_dir: str | Path) -> RunEvidence:
     load_trainable(params, load_file(str(path / "selected.safetensors")))
     released = _per_record_losses(setup, batches)
 
-    mi_spent, bound = None, None
+    privacy: dict = {}
     summary_path = path / "summary.json"
     if summary_path.exists():
-        privacy = json.loads(summary_path.read_text()).get("privacy", {})
-        if privacy.get("private") and privacy.get("mi_spent") is not None:
-            mi_spent = float(privacy["mi_spent"])
-            bound = mia_bound(mi_spent)
-    secret, member = _ground_truth(state, design)
+        privacy = json.loads(summary_path.read_text()).get("privacy") or {}
+    mi_bound = _guarantee(privacy)
+    bound = None if mi_bound is None else mia_bound(mi_bound)
+    mi_spent = float(privacy["mi_spent"]) if privacy.get("private") and privacy.get("mi_spent") is not None else None
+    secret, member = _ground_truth(state, design) if with_truth else (None, None)
     return RunEvidence(str(path), cfg.mechanism, design.shape[0], design, base - released, post, check,
-                       mi_spent, bound, member, secret)
+                       mi_spent, mi_bound, bound, member, secret)
 
 
 # ------------------------------------------------------------- attacks
@@ -295,10 +324,28 @@ def _summarise(correct: list[np.ndarray], scores: list[np.ndarray], labels: list
             "records": n, "per_run_accuracy": per_run}
 
 
+def _transcript_statistics(ev: RunEvidence) -> dict:
+    """What the transcript adversary knows about one run without the secret: its replay check and
+    its posterior over j*, with the success it expects from that posterior (a per-run value)."""
+    post = ev.transcript_post
+    p = ev.design.T.astype(np.float64) @ post  # P(i in S* | transcript)
+    nz = post[post > 0]
+    return {**(ev.replay_check or {}), "posterior_max": float(post.max()),
+            "posterior_entropy_nats": float(-(nz * np.log(nz)).sum()), "prior_max": 1.0 / len(post),
+            "expected_accuracy": float(np.maximum(p, 1 - p).mean())}
+
+
 def audit(run_dirs: Sequence[str | Path], *, bootstrap: int = 1000, seed: int = 0,
-          evidence: list[RunEvidence] | None = None) -> dict[str, Any]:
-    """Audit one run or pool several (fresh secrets) into one estimate; returns a JSON-able report."""
-    evs = evidence if evidence is not None else [collect_run(r) for r in run_dirs]
+          evidence: list[RunEvidence] | None = None, reveal_secret: bool = False) -> dict[str, Any]:
+    """Audit one run or pool several (fresh secrets) into one estimate; returns a JSON-able report.
+
+    By default the report holds only what is public: the guarantee (``mi_bound``, ``mia_bound``),
+    the realised spend (``mi_spent``) and the transcript adversary's own statistics
+    (``transcript``). ``reveal_secret=True`` adds the attacks scored against the truth
+    (``attacks``: accuracy, AUC, ``secret_found``, verdicts), which are computed from j* and the
+    true membership; the report is then marked ``"private": true`` and must not be published.
+    """
+    evs = evidence if evidence is not None else [collect_run(r, with_truth=reveal_secret) for r in run_dirs]
     if not evs:
         raise ConfigError("audit needs at least one run folder")
     mechs = sorted({e.mechanism for e in evs})
@@ -306,12 +353,27 @@ def audit(run_dirs: Sequence[str | Path], *, bootstrap: int = 1000, seed: int = 
     bound = None if any(b is None for b in bounds) else float(np.mean(bounds))
     report: dict[str, Any] = {
         "runs": [e.run_dir for e in evs], "mechanism": mechs[0] if len(mechs) == 1 else mechs,
-        "records_per_run": [len(e.member) for e in evs],
-        "mi_spent": [e.mi_spent for e in evs],
+        "private": bool(reveal_secret),
+        "records_per_run": [e.design.shape[1] for e in evs],
+        "mi_bound": [e.mi_bound for e in evs],
         "mia_bound": bound,
         "prior": 0.5,
-        "attacks": {},
+        "mi_spent": [e.mi_spent for e in evs],
     }
+    if all(e.transcript_post is not None for e in evs):
+        stats = [_transcript_statistics(e) for e in evs]
+        report["transcript"] = {"per_run": stats,
+                                "expected_accuracy_mean": float(np.mean([x["expected_accuracy"] for x in stats]))}
+    else:
+        report["transcript"] = None
+        report["transcript_note"] = ("not applicable: the transcript adversary is defined for the PAC "
+                                     "mechanisms (pac-mi, pac-zpl, hybrid)")
+    if not reveal_secret:
+        return report
+    if any(e.member is None or e.secret is None for e in evs):
+        raise ConfigError("reveal_secret needs the runs' truth (collect_run(..., with_truth=True))")
+    report["warning"] = PRIVATE_WARNING
+    report["attacks"] = {}
     loss_correct = [(_loss_guess(e) == e.member) for e in evs]
     report["attacks"]["loss"] = _summarise(loss_correct, [e.loss_score for e in evs],
                                            [e.member for e in evs], bootstrap, seed, "record")
@@ -321,19 +383,17 @@ def audit(run_dirs: Sequence[str | Path], *, bootstrap: int = 1000, seed: int = 
     hits = sum(int(j == e.secret) for e, (j, _) in zip(evs, choices))
     sub.update(secret_found=hits, secret_found_ci95=list(wilson(hits, len(evs))), chance=1.0 / evs[0].num_subsets)
     report["attacks"]["subset"] = sub
-    if all(e.transcript_post is not None for e in evs):
+    if report["transcript"] is not None:
         tg = [_transcript_guess(e) for e in evs]
         tr = _summarise([g == e.member for e, (_, _, g) in zip(evs, tg)], [p for _, p, _ in tg],
                         [e.member for e in evs], bootstrap, seed, "run")
         hits = sum(int(j == e.secret) for e, (j, _, _) in zip(evs, tg))
         tr.update(secret_found=hits, secret_found_ci95=list(wilson(hits, len(evs))),
-                  posterior_expected_accuracy=float(np.mean([np.maximum(p, 1 - p).mean() for _, p, _ in tg])),
+                  posterior_expected_accuracy=report["transcript"]["expected_accuracy_mean"],
                   replay=[e.replay_check for e in evs])
         report["attacks"]["transcript"] = tr
     else:
         report["attacks"]["transcript"] = None
-        report["transcript_note"] = ("not applicable: the transcript adversary is defined for the PAC "
-                                     "mechanisms (pac-mi, pac-zpl, hybrid)")
     for att in report["attacks"].values():
         if att is not None:
             att["verdict"] = _verdict(att["accuracy_ci95"], bound)
@@ -345,15 +405,43 @@ def _verdict(ci: list[float], bound: float | None) -> str:
         return "no guarantee to check (non-private mechanism)" if ci[0] <= 0.5 else \
             "leaks: accuracy above the prior 0.5 (non-private mechanism)"
     if ci[0] > bound:
-        return "VIOLATION: accuracy significantly above the bound"
+        return "VIOLATION: accuracy significantly above the guaranteed bound"
     return "consistent with the bound"
 
 
+def _fmt_list(values: list, spec: str) -> str:
+    return ", ".join("n/a" if v is None else format(v, spec) for v in values)
+
+
 def format_report(rep: dict) -> str:
+    """The report in words. Without ``attacks`` (the default) every line is public; with them
+    (``reveal_secret``) the output opens with :data:`PRIVATE_WARNING`."""
     b = rep["mia_bound"]
-    lines = [f"paczero audit: {len(rep['runs'])} run(s), mechanism {rep['mechanism']}, "
-             f"{sum(rep['records_per_run'])} records",
-             "MIA bound: " + ("none (non-private)" if b is None else f"{b:.4f} (prior 0.5)")]
+    lines = [PRIVATE_WARNING] if rep.get("attacks") is not None else []
+    lines += [f"paczero audit: {len(rep['runs'])} run(s), mechanism {rep['mechanism']}, "
+              f"{sum(rep['records_per_run'])} records",
+              "Guarantee: " + ("none (non-private)" if b is None else
+                               f"I(S*; transcript) <= {_fmt_list(rep['mi_bound'], '.6g')} nats per run, so MIA "
+                               f"success <= {b:.4f} (prior 0.5"
+                               + ("; the mean of the runs' bounds)" if len(set(rep["mi_bound"])) > 1 else ")"))]
+    if b is not None:
+        lines.append(f"Realised MI spend per run: {_fmt_list(rep['mi_spent'], '.6g')} nats (the sum of the run's "
+                     "per-release charges; one run's value, not a bound: the guarantee bounds its expectation)")
+    tr = rep.get("transcript")
+    if tr is None:
+        lines.append(f"Transcript adversary: {rep.get('transcript_note', 'n/a')}")
+    else:
+        per = tr["per_run"]
+        lines.append(f"Transcript adversary (public: replays the transcript, needs no secret): "
+                     f"{sum(x.get('noised_releases', 0) for x in per)} noised release(s) replayed, max q+ error "
+                     f"{max(x.get('max_q_plus_error', 0.0) for x in per):.3g}; posterior max "
+                     f"{_fmt_list([x['posterior_max'] for x in per], '.3f')} (prior {per[0]['prior_max']:.3f}); "
+                     f"success it expects from its posterior {tr['expected_accuracy_mean']:.3f} (per-run values; "
+                     "the bound applies to their expectation over runs)")
+    if rep.get("attacks") is None:
+        lines.append("Attack accuracies against the true membership are not shown: they are computed with the "
+                     "secret. `paczero audit --reveal-secret` prints them; that output is private.")
+        return "\n".join(lines)
     names = {"loss": "loss reduction, median threshold", "subset": "subset MAP on loss reduction",
              "transcript": "Bayes posterior from the transcript"}
     for key, att in rep["attacks"].items():

@@ -203,10 +203,15 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="where to write the report (default: RUNS_DIR/report)")
     p.add_argument("--no-paper", action="store_true", help="do not overlay the paper's published numbers")
 
-    p = sub.add_parser("audit", help="membership-inference audit of finished runs (several: pooled)")
+    p = sub.add_parser("audit", help="membership-inference audit of finished runs (several: pooled); prints only "
+                       "public values unless --reveal-secret")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folders (fresh secrets each)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the AUC interval")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--reveal-secret", action="store_true",
+                   help="also score the attacks against the truth (accuracy, AUC, whether j* was found, verdicts): "
+                        "computed with the secret j* and the true membership, so the output is PRIVATE and must "
+                        "not be published")
 
     p = sub.add_parser("bench", help="time and memory of a ZO step against the inference floor (one run)")
     from paczero.bench import add_arguments as add_bench_arguments  # light: torch loads only when it runs
@@ -256,7 +261,7 @@ def _cmd_privacy(ns) -> int:
     if ns.json:
         print(json.dumps(out))
     else:
-        print(f"MI budget        {mi:.6g} nats")
+        print(f"MI budget        {mi:.6g} nats  (the guarantee I(S*; transcript) <= budget, Theorem 1)")
         print(f"MIA success <=   {bound:.4f}  (prior 0.5; PAC Privacy, eq. pac_mi_bound)")
         print(f"matched DP eps   {eps:.4g}  (delta={ns.delta:g}; same MIA bound, a reference point only, not DP)")
         if bound > 0.99995:
@@ -315,7 +320,7 @@ def _cmd_audit(ns) -> int:
 
     if ns.bootstrap < 1:
         raise ValueError(f"--bootstrap must be >= 1, got {ns.bootstrap}")
-    report = audit(ns.run_dirs, bootstrap=ns.bootstrap)
+    report = audit(ns.run_dirs, bootstrap=ns.bootstrap, reveal_secret=ns.reveal_secret)
     print(json.dumps(report, indent=1) if ns.json else format_report(report))
     return 0
 

@@ -36,11 +36,11 @@ PAPER_RESULTS = Path(__file__).parent / "recipes" / "paper_results.csv"
 DP_MECHANISMS = ("dpzero", "dp-aggzo")
 RUN_COLUMNS = ["cell", "table", "seed", "task", "model", "track", "mechanism", "mi_budget", "epsilon",
                "num_directions", "steps", "lr", "clip", "metric", "test", "dev", "zero_shot_test", "selected_step",
-               "unanimity_rate", "free_frac", "mi_spent", "mia_bound", "matched_dp_epsilon", "epsilon_rdp",
-               "epsilon_pld", "delta", "noise_multiplier", "sample_rate", "seconds_per_step", "run_dir"]
+               "unanimity_rate", "free_frac", "mi_bound", "mia_bound", "matched_dp_epsilon", "mi_spent_realised",
+               "epsilon_rdp", "epsilon_pld", "delta", "noise_multiplier", "sample_rate", "seconds_per_step", "run_dir"]
 CELL_COLUMNS = ["cell", "table", "method", "task", "model", "track", "steps", "n", "seeds", "test_mean", "test_std",
-                "dev_mean", "dev_std", "unanimity_mean", "mi_spent_max", "mia_bound_max", "paper_test", "paper_std",
-                "paper_n", "recipe_changed"]
+                "dev_mean", "dev_std", "unanimity_mean", "mi_bound_max", "mia_bound_max", "mi_spent_realised_max",
+                "paper_test", "paper_std", "paper_n", "recipe_changed"]
 
 
 # ---------------------------------------------------------------------------- loading
@@ -310,13 +310,23 @@ def cell_table(cells: list[Cell], paper: bool) -> str:
 
 
 def privacy_rows(run: Run) -> dict[str, Any]:
+    """The run's guarantee (``mi_bound``, ``mia_bound``, ``matched_dp_epsilon``; DP: its (ε, δ) and the MIA
+    bound of the target) and, for PAC runs, the realised spend as its own column (``mi_spent_realised``:
+    one run's sum of per-release charges, not a bound)."""
     p, cfg = run.privacy, run.cfg
-    out = {"mi_spent": None, "mia_bound": p.get("mia_bound"), "matched_dp_epsilon": None, "epsilon_rdp": None,
-           "epsilon_pld": None, "delta": None, "noise_multiplier": None, "sample_rate": None}
+    out = {"mi_bound": None, "mia_bound": p.get("mia_bound"), "matched_dp_epsilon": None, "mi_spent_realised": None,
+           "epsilon_rdp": None, "epsilon_pld": None, "delta": None, "noise_multiplier": None, "sample_rate": None}
     if cfg.get("mechanism") in DP_MECHANISMS:
         out.update({k: p.get(k) for k in ("epsilon_rdp", "epsilon_pld", "delta", "noise_multiplier", "sample_rate")})
     elif p.get("private") is not False:
-        out.update(mi_spent=p.get("mi_spent"), matched_dp_epsilon=p.get("matched_dp_epsilon"))
+        out.update(mi_bound=p.get("mi_bound"), matched_dp_epsilon=p.get("matched_dp_epsilon"),
+                   mi_spent_realised=p.get("mi_spent"))
+        if "mi_bound" not in p and p.get("mi_total_budget") is not None:
+            # a statement that names no bound: the guarantee is its budget's (Theorem 1)
+            from paczero.privacy import dp_epsilon_matching_mi, mia_bound
+
+            b = float(p["mi_total_budget"])
+            out.update(mi_bound=b, mia_bound=mia_bound(b), matched_dp_epsilon=dp_epsilon_matching_mi(b) if b else 0.0)
     return out
 
 
@@ -330,12 +340,13 @@ def privacy_table(runs: list[Run]) -> str:
         elif p.get("private") is False:
             stmt = "non-private reference (no claim)"
         else:
-            stmt = (f"MI {_g(p.get('mi_spent'))} nats"
-                    + (f" of {_g(p.get('mi_total_budget'))}" if p.get("mi_total_budget") is not None else "")
-                    + f"; matched DP ε={_g(p.get('matched_dp_epsilon'))} (reference only, δ=1e-5)")
+            g = privacy_rows(r)
+            stmt = (f"I(S*; transcript) ≤ {_g(g['mi_bound'])} nats"
+                    + f"; matched DP ε={_g(g['matched_dp_epsilon'])} (reference only, δ=1e-5)"
+                    + f"; realised spend {_g(p.get('mi_spent'))} nats (this run, not a bound)")
             if p.get("secret_source") not in (None, "os-entropy"):
                 stmt += "; FIXED private seed (not private)"
-        rows.append([r.cell, r.cfg.get("seed"), method_label(r.cfg), stmt, _g(p.get("mia_bound"))])
+        rows.append([r.cell, r.cfg.get("seed"), method_label(r.cfg), stmt, _g(privacy_rows(r)["mia_bound"])])
     return markdown_table(["Cell", "Seed", "Method", "Privacy statement", "MIA bound"], rows)
 
 
@@ -455,7 +466,7 @@ def read_log(run_dir: Path) -> list[dict]:
 
 
 def plot_trajectory(run: Run, path: Path) -> Path | None:
-    """Cumulative MI, zero-cost-step fraction and running unanimity fraction vs step (log.jsonl)."""
+    """Cumulative MI charged (realised), zero-cost-step fraction and running unanimity fraction vs step (log.jsonl)."""
     log = read_log(run.run_dir)
     if not log:
         return None
@@ -467,11 +478,11 @@ def plot_trajectory(run: Run, path: Path) -> Path | None:
         frac.append(unanimous / i)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.plot(steps, [r.get("cum_mi", 0.0) for r in log], color="tab:red", label="cumulative MI (nats)")
+    ax.plot(steps, [r.get("cum_mi", 0.0) for r in log], color="tab:red", label="cumulative MI charged, this run (nats)")
     if run.cfg.get("mi_budget"):
-        ax.axhline(run.cfg["mi_budget"], color="tab:red", ls=":", alpha=0.6, label="MI budget")
+        ax.axhline(run.cfg["mi_budget"], color="tab:red", ls=":", alpha=0.6, label="MI budget (the guarantee)")
     ax.set_xlabel("step")
-    ax.set_ylabel("cumulative MI (nats)", color="tab:red")
+    ax.set_ylabel("cumulative MI charged (nats)", color="tab:red")
     ax2 = ax.twinx()
     ax2.plot(steps, [r.get("free_frac", 0.0) for r in log], color="tab:blue", label="zero-MI step fraction")
     ax2.plot(steps, frac, color="tab:green", ls="--", label="unanimity fraction")
@@ -523,14 +534,17 @@ def run_row(run: Run) -> dict[str, Any]:
 
 def cell_row(c: Cell) -> dict[str, Any]:
     t, d, u = c.stat("test"), c.stat("dev"), c.stat("unanimity")
-    mis = [r.privacy.get("mi_spent") for r in c.runs if r.privacy.get("mi_spent") is not None]
-    mias = [r.privacy.get("mia_bound") for r in c.runs if r.privacy.get("mia_bound") is not None]
+    rows = [privacy_rows(r) for r in c.runs]
+    bounds = [x["mi_bound"] for x in rows if x["mi_bound"] is not None]
+    mias = [x["mia_bound"] for x in rows if x["mia_bound"] is not None]
+    spent = [x["mi_spent_realised"] for x in rows if x["mi_spent_realised"] is not None]
     p = c.paper or {}
     return {"cell": c.name, "table": c.table, "method": method_label(c.cfg), "task": c.cfg.get("task"),
             "model": c.cfg.get("model"), "track": c.cfg.get("track"), "steps": c.cfg.get("steps"), "n": t[2],
             "seeds": " ".join(str(r.cfg.get("seed")) for r in c.runs), "test_mean": t[0], "test_std": t[1],
-            "dev_mean": d[0], "dev_std": d[1], "unanimity_mean": u[0], "mi_spent_max": max(mis) if mis else None,
-            "mia_bound_max": max(mias) if mias else None, "paper_test": p.get("reported_test") or None,
+            "dev_mean": d[0], "dev_std": d[1], "unanimity_mean": u[0], "mi_bound_max": max(bounds) if bounds else None,
+            "mia_bound_max": max(mias) if mias else None,
+            "mi_spent_realised_max": max(spent) if spent else None, "paper_test": p.get("reported_test") or None,
             "paper_std": p.get("std") or None, "paper_n": p.get("n") or None,
             "recipe_changed": " ".join(c.changed) or None}
 
@@ -595,9 +609,11 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
         if layout:
             md += [cell_table(by_table[table], paper_overlay), ""]
     md += ["## Privacy statement per run", "",
-           "PAC runs: mutual information spent (nats), the informed adversary's MIA success bound (prior 0.5) and "
-           "the DP ε with the same MIA bound (a reference point only; PAC Privacy is not DP). DP runs: (ε, δ) by "
-           "the RDP and PLD accountants.", "", privacy_table(runs), ""]
+           "PAC runs: the guarantee, I(S*; transcript) ≤ the MI budget (0 for PAC-ZPL), its bound on the informed "
+           "adversary's MIA success (prior 0.5) and the DP ε with the same MIA bound (a reference point only; PAC "
+           "Privacy is not DP); then the run's realised spend, the sum of its per-release MI charges: one run's value, "
+           "not a bound (the guarantee bounds its expectation). DP runs: (ε, δ) by the RDP and PLD accountants; "
+           "the MIA bound is the target (ε, δ)'s.", "", privacy_table(runs), ""]
     md += ["## Plots", ""]
     for title, p in plots.items():
         if p is not None:

@@ -22,7 +22,13 @@ def secret_source(cfg, private: bool = True) -> str:
     return "fixed-seed (reproduction/testing only: the secret is not secret)"
 
 
+def _num(value: Any, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
 def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
+    """The statement in words: the guarantee (``mi_bound``, ``mia_bound``) first; for the PAC mechanisms
+    the realised spend (``mi_spent``) follows, labelled as one run's value, not a bound."""
     mech = statement.get("mechanism", cfg.mechanism)
     lines: list[str] = []
     if statement.get("private") is False:
@@ -34,16 +40,21 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
             f"with Poisson sampling rate {statement.get('sample_rate')} (target epsilon {statement.get('epsilon_target')}). "
             f"Membership-inference success is at most {statement.get('mia_bound', float('nan')):.4f}.")
     else:
-        mi = statement.get("mi_spent", 0.0)
-        budget = statement.get("mi_total_budget")
+        bound = statement.get("mi_bound")
         lines.append(
-            f"Privacy (PAC Privacy, {mech}): I(S*; transcript) <= {mi:.6g} nats"
-            + (f" (budget {budget:.6g})" if budget else "")
-            + f" over {statement.get('steps')} steps; the informed adversary's membership-inference success is at most "
-            f"{statement.get('mia_bound', 0.5):.4f} (prior 0.5).")
-        if mi > 0:
-            lines.append(f"For reference only, (epsilon={statement.get('matched_dp_epsilon', float('nan')):.4g}, "
+            f"Privacy (PAC Privacy, {mech}): guaranteed I(S*; transcript) <= {_num(bound, '.6g')} nats "
+            + ("(no noised release: the transcript carries no information about the secret; Theorem 2)" if bound == 0.0
+               else "(the MI budget; Theorem 1)")
+            + f" over {statement.get('steps')} steps; so the informed adversary's membership-inference success is "
+            f"at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5).")
+        if bound:
+            lines.append(f"For reference only, (epsilon={_num(statement.get('matched_dp_epsilon'), '.4g')}, "
                          f"delta=1e-5)-DP gives the same MIA bound; this is not a DP guarantee.")
+        if statement.get("mi_spent") is not None:
+            lines.append(
+                f"Realised MI spend of this run: {statement['mi_spent']:.6g} nats, the sum of its per-release MI "
+                "charges. It is a realised value of one run, not a bound: the guarantee above bounds its "
+                "expectation over runs.")
         lines.append(
             f"The guarantee is over the candidate-set distribution Unif{{S_1..S_{statement.get('num_subsets')}}} of "
             f"subsets of the {cfg.n_train}-example universe (each example in half of them); unanimity rate "
@@ -59,6 +70,17 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
                  f"{cfg.n_dev} dev examples that choose the released step are not covered by it."
                  if cfg.dev_best else "Final weights released (no selection).")
     return "\n".join(lines)
+
+
+def guarantee_summary(statement: dict[str, Any]) -> str:
+    """One line: the guarantee of a statement (never a realised spend)."""
+    if statement.get("private") is False:
+        return "none (a non-private reference)."
+    if statement.get("epsilon_target") is not None:
+        return (f"({statement['epsilon_target']:.4g}, {statement.get('delta')})-DP; membership-inference success "
+                f"at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5).")
+    return (f"membership-inference success at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5), from "
+            f"I(S*; transcript) <= {_num(statement.get('mi_bound'), '.6g')} nats (PAC Privacy).")
 
 
 def model_card(summary: dict[str, Any]) -> str:
@@ -104,6 +126,7 @@ def model_card(summary: dict[str, Any]) -> str:
         f"examples (selection), test as reported below.",
         f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
         f"mu {cfg['mu']:g}, public seed {cfg['seed']}.",
+        f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
         "",
         f"| | dev {metric} | test {metric} |",
         "|---|---|---|",

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from paczero.audit import audit, auc, collect_run, hoeffding, wilson
+from paczero.audit import PRIVATE_WARNING, audit, auc, collect_run, format_report, hoeffding, wilson
 from paczero.cli import main
 from paczero.config import TrainConfig
 from paczero.train import train
@@ -71,15 +71,16 @@ def test_statistics():
 
 def test_negative_control_leaky_caught_zpl_passes(tmp_path, one_thread):
     data = write_universe(tmp_path / "universe.jsonl")
-    leaky = audit(_runs(tmp_path, "raw_half", (1, 2, 3, 4, 5), data), bootstrap=300)
+    leaky = audit(_runs(tmp_path, "raw_half", (1, 2, 3, 4, 5), data), bootstrap=300, reveal_secret=True)
     loss = leaky["attacks"]["loss"]
     assert leaky["mia_bound"] is None
     assert loss["accuracy_ci95"][0] > 0.5 and loss["auc_ci95"][0] > 0.5, loss
     assert leaky["attacks"]["subset"]["accuracy"] > 0.75
     assert leaky["attacks"]["transcript"] is None  # defined for the PAC mechanisms only
 
-    zpl = audit(_runs(tmp_path, "pac-zpl", (1, 2), data), bootstrap=300)
-    assert zpl["mia_bound"] == 0.5 and zpl["mi_spent"] == [0.0, 0.0]
+    zpl = audit(_runs(tmp_path, "pac-zpl", (1, 2), data), bootstrap=300, reveal_secret=True)
+    assert zpl["mia_bound"] == 0.5 and zpl["mi_bound"] == [0.0, 0.0] and zpl["mi_spent"] == [0.0, 0.0]
+    assert zpl["transcript"]["expected_accuracy_mean"] == 0.5  # public: needs no secret
     for name in ("loss", "subset", "transcript"):
         att = zpl["attacks"][name]
         assert att["accuracy_ci95"][0] <= 0.5 <= att["accuracy_ci95"][1], (name, att)
@@ -89,31 +90,69 @@ def test_negative_control_leaky_caught_zpl_passes(tmp_path, one_thread):
     assert zpl["attacks"]["transcript"]["posterior_expected_accuracy"] == 0.5
 
 
-def test_transcript_replay_recovers_the_mechanism_posterior(tmp_path, one_thread, capsys):
-    """PAC-MI: the adversary's replay from public data reproduces the mechanism's own posterior."""
-    from paczero.checkpoint import load_latest_checkpoint
-
-    run = tmp_path / "mi"
+@pytest.fixture(scope="module")
+def mi_run(tmp_path_factory, one_thread):
+    """A tiny finished PAC-MI run (budget 0.5 nats) with noised releases."""
+    run = tmp_path_factory.mktemp("audit") / "mi"
     train(TrainConfig(model="tiny-llama", task="demo", n_train=16, n_dev=4, n_test=4, steps=6, num_subsets=8,
-                      mechanism="pac-mi", mi_budget=1.0, eval_every=6, checkpoint_every=6, private_seed=3,
+                      mechanism="pac-mi", mi_budget=0.5, eval_every=6, checkpoint_every=6, private_seed=3,
                       eval_zero_shot=False, progress=False, out_dir=str(run)), log=lambda *a: None)
-    ev = collect_run(run)
+    return run
+
+
+def test_transcript_replay_recovers_the_mechanism_posterior(mi_run):
+    """PAC-MI: the adversary's replay from public data reproduces the mechanism's own posterior, and the
+    audit checks the attacks against the guarantee of the budget (not against the realised spend)."""
+    from paczero.checkpoint import load_latest_checkpoint
+    from paczero.privacy import mia_bound
+
+    ev = collect_run(mi_run)
     assert ev.replay_check["noised_releases"] > 0 and ev.replay_check["max_q_plus_error"] < 1e-9
-    state = load_latest_checkpoint(run)[3]["mechanism"]
+    state = load_latest_checkpoint(mi_run)[3]["mechanism"]
     lp = np.asarray(state["log_posterior"])
     np.testing.assert_allclose(ev.transcript_post, np.exp(lp) / np.exp(lp).sum(), rtol=1e-9, atol=1e-12)
-    summary = json.loads((run / "summary.json").read_text())
-    rep = audit([], evidence=[ev], bootstrap=50)
-    assert rep["mi_spent"] == [summary["privacy"]["mi_spent"]] and rep["mia_bound"] == summary["privacy"]["mia_bound"]
+    summary = json.loads((mi_run / "summary.json").read_text())
+    rep = audit([], evidence=[ev], bootstrap=50, reveal_secret=True)
+    assert rep["mi_spent"] == [summary["privacy"]["mi_spent"]] and rep["mi_bound"] == [0.5]
+    assert rep["mia_bound"] == summary["privacy"]["mia_bound"] == mia_bound(0.5)
     tr = rep["attacks"]["transcript"]
     assert 0.5 <= tr["posterior_expected_accuracy"] <= 1.0
 
-    assert main(["audit", str(run), "--json", "--bootstrap", "20"]) == 0
+
+def test_audit_prints_nothing_computed_from_the_secret_unless_asked(mi_run, capsys):
+    """Without --reveal-secret the report and its text are the same whatever the secret is (scored
+    against another candidate's membership they do not change) and carry no attack score; with it they
+    change, and say they are private. Mutation that turns it red: returning ``attacks`` (or printing
+    "j* found", an accuracy, a verdict) when ``reveal_secret`` is false, e.g. deleting the
+    ``if not reveal_secret: return report`` line of ``audit``."""
+    import dataclasses
+
+    ev = collect_run(mi_run)
+    other = next(j for j in range(ev.num_subsets) if not np.array_equal(ev.design[j], ev.member))
+    ev_other = dataclasses.replace(ev, secret=other, member=ev.design[other].copy())
+    public = [audit([], evidence=[e], bootstrap=50) for e in (ev, ev_other)]
+    assert json.dumps(public[0]) == json.dumps(public[1]) and format_report(public[0]) == format_report(public[1])
+    assert public[0]["private"] is False and "attacks" not in public[0]
+    private = [audit([], evidence=[e], bootstrap=50, reveal_secret=True) for e in (ev, ev_other)]
+    assert json.dumps(private[0]) != json.dumps(private[1]) and private[0]["private"] is True
+
+    assert main(["audit", str(mi_run), "--json", "--bootstrap", "20"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert set(printed["attacks"]) == {"loss", "subset", "transcript"}
-    assert main(["audit", str(run), "--bootstrap", "20"]) == 0
+    assert printed == {**public[0], "runs": printed["runs"]}
+    assert printed["transcript"]["per_run"][0]["noised_releases"] > 0
+    assert main(["audit", str(mi_run), "--bootstrap", "20"]) == 0
     text = capsys.readouterr().out
-    assert "Bayes posterior from the transcript" in text and "secret" not in text
+    for secret_derived in ("j* found", "acc ", "AUC", "VIOLATION", "consistent with", "PRIVATE"):
+        assert secret_derived not in text, secret_derived
+    assert "Guarantee: I(S*; transcript) <= 0.5 nats" in text and "not a bound" in text and "--reveal-secret" in text
+
+    assert main(["audit", str(mi_run), "--bootstrap", "20", "--reveal-secret"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(PRIVATE_WARNING) and "j* found" in text and "Bayes posterior from the transcript" in text
+    assert main(["audit", str(mi_run), "--json", "--bootstrap", "20", "--reveal-secret"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["private"] is True and printed["warning"] == PRIVATE_WARNING
+    assert set(printed["attacks"]) == {"loss", "subset", "transcript"}
 
 
 def test_audit_refuses_what_it_cannot_audit(tmp_path, capsys):

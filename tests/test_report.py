@@ -10,6 +10,7 @@ import pytest
 
 from paczero.cli import main
 from paczero.config import TrainConfig
+from paczero.privacy import dp_epsilon_matching_mi, mia_bound
 from paczero.report import fmt_ms, mean_std, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -30,9 +31,10 @@ def write_run(root: Path, cell: str, seed: int, *, test: float, dev: float, priv
 
 
 def pac(mi: float, steps: int = 4, unanimous: int = 2, free: int = 3) -> dict:
-    return {"mechanism": "pac-mi", "private": True, "mi_spent": mi, "mi_total_budget": mi, "mia_bound": 0.5 + mi / 2,
-            "matched_dp_epsilon": 2.0 * mi, "steps": steps, "free_steps": free, "unanimity_rate": unanimous / steps,
-            "secret_source": "os-entropy"}
+    """A PAC-MI statement of budget ``mi`` whose run spent half of it."""
+    return {"mechanism": "pac-mi", "private": True, "mi_total_budget": mi, "mi_bound": mi, "mia_bound": mia_bound(mi),
+            "matched_dp_epsilon": dp_epsilon_matching_mi(mi), "mi_spent": mi / 2, "steps": steps, "free_steps": free,
+            "unanimity_rate": unanimous / steps, "secret_source": "os-entropy"}
 
 
 def dp(eps: float) -> dict:
@@ -49,8 +51,8 @@ def traj(steps: int, mi: float) -> list[dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fixture") / "runs"
-    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mia_bound": 0.5,
-           "matched_dp_epsilon": 0.0, "steps": 4, "free_steps": 4, "unanimity_rate": 0.25}
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 4, "free_steps": 4, "unanimity_rate": 0.25}
     head = dict(model="facebook/opt-1.3b", task="sst2", track="ft", mechanism="pac-zpl", num_subsets=126, steps=4)
     for seed, acc in enumerate((0.8830, 0.8865, 0.9002)):  # the paper's per-seed values: 88.99 ± 0.91
         write_run(root, "headline/sst2-opt1.3b-ft-zpl", seed, test=acc, dev=0.85, privacy=zpl, **head)
@@ -107,7 +109,36 @@ def test_report_tables_and_csv(report):
     assert "| MI (nats) | 0.001 | 0.11 |" in md  # plateau layout: MI columns
     assert "ε=0.5" in md and "ε=2" in md  # dp-cliff layout: epsilon columns
     assert "(1.98, 1e-05)-DP by RDP; ε=1.8 by PLD" in md  # DP privacy statement
-    assert "MI 0.33 nats of 0.33; matched DP ε=0.66" in md  # PAC privacy statement
+    eps = f"{dp_epsilon_matching_mi(0.33):.4g}"
+    assert (f"I(S*; transcript) ≤ 0.33 nats; matched DP ε={eps} (reference only, δ=1e-5); realised spend 0.165 nats "
+            f"(this run, not a bound) | {mia_bound(0.33):.4g} |") in md  # PAC privacy statement: the guarantee
+
+
+def test_report_columns_state_the_guarantee(report):
+    """mi_bound / mia_bound columns carry the budget's bound; the realised spend has its own column.
+    Mutation that turns it red: filling ``mia_bound_max`` (or ``mi_bound``) from ``mi_spent``."""
+    cells = {r["cell"]: r for r in csv.DictReader(open(report / "cells.csv"))}
+    mi = cells["headline/sst2-opt1.3b-ft-mi0.33"]
+    assert float(mi["mi_bound_max"]) == pytest.approx(0.33) and float(mi["mi_spent_realised_max"]) == 0.165
+    assert float(mi["mia_bound_max"]) == pytest.approx(mia_bound(0.33), abs=1e-6)
+    assert "mi_spent_max" not in mi
+    zpl = cells["headline/sst2-opt1.3b-ft-zpl"]
+    assert float(zpl["mi_bound_max"]) == 0.0 and float(zpl["mia_bound_max"]) == 0.5
+    rows = [r for r in csv.DictReader(open(report / "runs.csv")) if r["cell"] == "plateau/sst2-opt1.3b-ft-mi0.11"]
+    assert float(rows[0]["mi_bound"]) == 0.11 and float(rows[0]["mi_spent_realised"]) == 0.055
+    assert float(rows[0]["mia_bound"]) == pytest.approx(mia_bound(0.11), abs=1e-6)
+    assert float(rows[0]["matched_dp_epsilon"]) == pytest.approx(dp_epsilon_matching_mi(0.11), rel=1e-5)
+
+
+def test_report_takes_the_guarantee_from_the_budget_when_a_statement_names_no_bound(tmp_path):
+    stmt = {"mechanism": "pac-mi", "private": True, "mi_total_budget": 0.25, "mi_spent": 0.01,
+            "mia_bound": mia_bound(0.01), "matched_dp_epsilon": dp_epsilon_matching_mi(0.01), "steps": 4,
+            "free_steps": 2, "unanimity_rate": 0.5}
+    write_run(tmp_path / "runs", "one", 0, test=0.5, dev=0.5, privacy=stmt, mechanism="pac-mi", mi_budget=0.25)
+    out = write_report(tmp_path / "runs", tmp_path / "rep")
+    row = next(csv.DictReader(open(out / "runs.csv")))
+    assert float(row["mi_bound"]) == 0.25 and float(row["mi_spent_realised"]) == 0.01
+    assert float(row["mia_bound"]) == pytest.approx(mia_bound(0.25), abs=1e-6)
 
 
 def test_plots_are_written_and_non_empty(report):
