@@ -36,7 +36,7 @@ from paczero.checkpoint import CheckpointError, decode, encode
 
 NAME = "journal.jsonl"
 
-__all__ = ["NAME", "Journal", "ResumePoint", "read_jsonl", "resume_point"]
+__all__ = ["NAME", "Journal", "ResumePoint", "read_jsonl", "recorded_data", "resume_point"]
 
 
 def _strip_design(state: dict[str, Any]) -> dict[str, Any]:
@@ -57,9 +57,11 @@ class Journal:
         self._file.flush()
         os.fsync(self._file.fileno())
 
-    def start(self, after_steps: int, state: dict[str, Any]) -> None:
-        """The mechanism's full state (design included) after ``after_steps`` steps: the journal's first line."""
-        self._write({"start": int(after_steps), "mechanism": state})
+    def start(self, after_steps: int, state: dict[str, Any], data_fingerprint: str | None = None) -> None:
+        """The mechanism's full state (design included) after ``after_steps`` steps: the journal's first line.
+        ``data_fingerprint`` identifies the data for a resume (run.json does not carry it where the data's
+        identity is private: the DP baselines)."""
+        self._write({"start": int(after_steps), "mechanism": state, "data_fingerprint": data_fingerprint})
 
     def step(self, record: dict[str, Any], state: dict[str, Any]) -> None:
         """Step ``record["step"]``'s public record and the mechanism's state after it (design left out)."""
@@ -67,6 +69,16 @@ class Journal:
 
     def close(self) -> None:
         self._file.close()
+
+
+def recorded_data(run_dir: Path) -> dict[str, Any]:
+    """What identifies a run's data for a resume: run.json's ``data_fingerprint``, else the journal's."""
+    record = json.loads((Path(run_dir) / "run.json").read_text())
+    if record.get("data_fingerprint") is None:
+        entries = read_jsonl(Path(run_dir) / NAME, NAME)
+        if entries:
+            record["data_fingerprint"] = entries[0].get("data_fingerprint")
+    return record
 
 
 def read_jsonl(path: Path, what: str) -> list[dict]:

@@ -31,7 +31,7 @@ import torch
 from paczero.checkpoint import (MARKER, CheckpointError, atomic_json, clear_run_dir, load_latest_checkpoint,
                                 prepare_run_dir, save_checkpoint)
 from paczero.config import ConfigError, TrainConfig
-from paczero.journal import Journal, read_jsonl, resume_point
+from paczero.journal import Journal, read_jsonl, recorded_data, resume_point
 from paczero.statement import model_card, privacy_statement_text, secret_source
 
 #: config fields that a resumed run must share with the original (privacy and data identity)
@@ -74,9 +74,9 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
     if name in ("dpzero", "dp-aggzo"):
         from paczero.mechanisms.dp import DPAggZO, DPZero
 
-        if name == "dpzero":
+        if name == "dpzero":  # normalised by q * n_train: under add-or-remove adjacency the true N is private
             return DPZero(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
-                          accountant=cfg.accountant, seed=private_rng)
+                          accountant=cfg.accountant, seed=private_rng, public_size=cfg.n_train)
         return DPAggZO(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
                        cfg.num_directions, accountant=cfg.accountant, seed=private_rng)
     if design is None:
@@ -172,7 +172,8 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None) -> tup
     try:
         setup = build(cfg)
         value = {"examples": data_fingerprint(setup), "tokens": tokens_fingerprint(setup)}
-        if resumed_run is not None and resumed_run.get("data_fingerprint") != value["examples"]:
+        recorded = None if resumed_run is None else resumed_run.get("data_fingerprint")
+        if recorded is not None and recorded != value["examples"]:
             raise ConfigError("cannot resume: the data (universe, dev or test examples) differ from the original run")
     except ValueError as e:
         problem = e
@@ -308,8 +309,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
     from paczero.zo import Perturber, stability_clip
 
     t_setup = time.time()
-    setup, fingerprint = build_together(cfg, dp, json.loads((run_dir / "run.json").read_text()) if cfg.resume
-                                        else None)
+    setup, fingerprint = build_together(cfg, dp, recorded_data(run_dir) if cfg.resume else None)
     model, task, device = setup.model, setup.task, setup.device
     n = len(setup.universe)
     params = trainable_parameters(model, cfg.track)
@@ -357,15 +357,17 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
     else:
         if cfg.overwrite:  # every input is read and checked: only now is the earlier run deleted
             clear_run_dir(run_dir)
-        atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), "universe_size": n,
-                                           "data_fingerprint": fingerprint,
+        public_data = {} if _private_batches(cfg) else {"universe_size": n, "data_fingerprint": fingerprint}
+        atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
                                            "secret_source": secret_source(cfg, _claims_privacy(mechanism)),
                                            "directions": perturber.directions})
     journal = Journal(run_dir)
-    if point is None or not point.journaled:
-        journal.start(start, mechanism.state_dict())  # before any release of this process
-    log(f"paczero: {cfg.mechanism} on {cfg.task} ({n} examples, {cfg.track}, {cfg.model}); "
-        f"{len(full_batches)} micro-batches; setup {time.time() - t_setup:.1f}s")
+    if point is None or not point.journaled:  # before any release of this process
+        journal.start(start, mechanism.state_dict(), data_fingerprint=fingerprint)
+    size = "a private number of examples" if _private_batches(cfg) else \
+        f"{n} examples, {len(full_batches)} micro-batches"  # add-or-remove adjacency: N is private
+    log(f"paczero: {cfg.mechanism} on {cfg.task} ({size}, {cfg.track}, {cfg.model}); "
+        f"setup {time.time() - t_setup:.1f}s")
 
     if weights_step == 0 and cfg.eval_zero_shot and zero_shot is None:  # the weights are the base model's
         zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
@@ -436,7 +438,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or stop.requested:
                 checkpoint(done)
             bar.update(1)
-            bar.set_description(f"MI {mechanism.mi_spent or 0:.3g} unanimity {record['unanimity'] or 0:.0%}",
+            bar.set_description(f"MI spent {mechanism.mi_spent or 0:.3g} unanimity {record['unanimity'] or 0:.0%}",
                                 refresh=False)
             if stop.requested and done < cfg.steps:
                 stopped = True

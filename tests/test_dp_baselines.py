@@ -230,6 +230,24 @@ def test_dpzero_clips_sums_and_normalises():
     assert signal.mi_spent == 0.0 and signal.steps == 2
 
 
+def test_dpzero_release_does_not_depend_on_the_private_size():
+    """Add-or-remove-one adjacency: a neighbouring universe has another N, so with a public normaliser
+    (``public_size``, the configured n_train) the release of the same batch and noise is the same for
+    N = 500 and N = 501. Control: normalised by the true N (no public_size) the releases differ.
+    Red if the denominator reads num_examples while public_size is set."""
+    def release(n, **kw):
+        mech = DPZero(n, 1.0, DELTA, 10, 0.1, 25.0, seed=3, **kw)
+        mech._rng.random(n)  # the draw batch_indices makes (its length is N's: the mask itself is private)
+        mech._pending = 4
+        return mech.step(np.array([[1.0, -2.0, 3.0, 0.5]]))[0]
+
+    assert release(500, public_size=500) == release(501, public_size=500)
+    assert release(500).coef != release(501).coef
+    assert DPZero(10, 1.0, DELTA, 10, 0.1, 25.0, seed=3).privacy_statement()["adjacency"] == "add-or-remove-one"
+    with pytest.raises(ValueError, match="public_size"):
+        DPZero(10, 1.0, DELTA, 10, 0.1, 25.0, public_size=0)
+
+
 def test_dp_aggzo_clips_rows_and_scales_by_k():
     n, q, clip, k, lr = 500, 0.1, 25.0, 2, 5e-6
     signal = DPAggZO(n, 1.0, DELTA, 10, q, clip, k, seed=9)

@@ -84,13 +84,14 @@ def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path):
     res = sweep([str(recipe)], [0], out_root=str(root), overrides=overrides, echo=lambda s: None)
     assert [r["status"] for r in res] == ["skipped"]
 
-    # killed after the step-2 checkpoint: no summary, newest checkpoint lost
+    # killed after the last step was logged: no summary, newest checkpoint lost (the resume replays steps 3-4)
     (cell.run_dir / "summary.json").unlink()
     shutil.rmtree(cell.run_dir / "checkpoints" / "step-000004")
     assert cell.state() == "killed"
     res = sweep([str(recipe)], [0], out_root=str(root), overrides=overrides, echo=lambda s: None)
     assert [(r["status"], r["resumed"]) for r in res] == [("done", True)]
-    assert "--resume" in cell.log_path.read_text() and "resuming from step 2" in cell.log_path.read_text()
+    assert "--resume" in cell.log_path.read_text()
+    assert "resuming from step 4 (weights of step 2, 2 logged steps replayed)" in cell.log_path.read_text()
     steps = [json.loads(line)["step"] for line in (cell.run_dir / "log.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 3]  # the transcript holds each step once
     summary = json.loads((cell.run_dir / "summary.json").read_text())

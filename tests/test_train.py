@@ -46,10 +46,24 @@ def test_every_mechanism_runs_end_to_end(tmp_path, mechanism, extra):
     if mechanism == "pac-mi":
         assert 0 < stmt["mi_spent"] <= 0.05
         assert abs(recs[-1]["cum_mi"] - stmt["mi_spent"]) < 1e-15
+    if mechanism in ("pac-mi", "hybrid"):  # summary.json states the guarantee of the budget, not the spend
+        from paczero.privacy import mia_bound
+
+        on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())["privacy"]
+        assert on_disk["mi_bound"] == 0.05 and on_disk["mia_bound"] == mia_bound(0.05)
+        assert f"at most {mia_bound(0.05):.4f}" in summary["privacy_text"] and "not a bound" in summary["privacy_text"]
+        card = (tmp_path / "run" / "model" / "README.md").read_text()
+        assert f"membership-inference success at most {mia_bound(0.05):.4f}" in card
     if mechanism in ("dpzero", "dp-aggzo"):  # the private Poisson batch is not logged, nor the time it took
         assert all(r["rows"] is None and r["train_loss"] is None for r in recs)
         raw = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
         assert all(r["seconds"] is None for r in raw)
+        assert summary["train_seconds"] is None and summary["seconds_per_step"] is None  # total time: sum of batches
+        run_json = json.loads((tmp_path / "run" / "run.json").read_text())  # add-or-remove: N is private
+        assert "universe_size" not in run_json and "data_fingerprint" not in run_json
+        assert stmt["adjacency"] == "add-or-remove-one"
+        publics = list((tmp_path / "run" / "checkpoints").glob("*/public.json"))
+        assert publics and all(json.loads(p.read_text())["seconds"] is None for p in publics)
     if stmt.get("private") is False:
         assert stmt["secret_source"] == "none (a non-private reference)" and "WARNING" not in summary["privacy_text"]
     if mechanism == "pac-zpl":

@@ -249,6 +249,7 @@ class _PoissonGaussianMechanism(Mechanism):
             "steps": self._steps,
             "planned_steps": self.total_steps,
             "mia_bound": _mia_bound(self.epsilon, self.delta),
+            "adjacency": "add-or-remove-one",
         }
 
 
@@ -264,6 +265,11 @@ class DPZero(_PoissonGaussianMechanism):
     Paper setting (Table dp-cliff): T = 20,000, lr = 5e-6, C = 25, q = 0.064,
     delta = 1e-5, epsilon in {0.2, 0.3, 0.5, 1, 2}. ``steps`` is the planned T;
     ``batch_indices`` refuses to go past it.
+
+    ``public_size``: the N of the normaliser ``q * N`` when the universe's true
+    size is private (add-or-remove-one adjacency: a neighbouring dataset has
+    another size, so the release must not depend on it); the engine passes the
+    configured ``n_train``. Default: ``num_examples``.
     """
 
     name = "dpzero"
@@ -279,8 +285,13 @@ class DPZero(_PoissonGaussianMechanism):
         *,
         accountant: str = "rdp",
         seed: int | np.random.Generator | None = None,
+        public_size: int | None = None,
     ) -> None:
         super().__init__(num_examples, epsilon, delta, steps, sample_rate, clip, 1, accountant, seed)
+        if public_size is not None and (isinstance(public_size, bool) or int(public_size) != public_size
+                                        or public_size < 1):
+            raise ValueError(f"public_size must be a positive integer, got {public_size!r}")
+        self.public_size = None if public_size is None else int(public_size)
 
     def _calibrate(self) -> float:
         return dp_privacy.calibrate_noise_multiplier(
@@ -288,7 +299,7 @@ class DPZero(_PoissonGaussianMechanism):
         )
 
     def _denominator(self) -> float:
-        return self.sample_rate * self.num_examples
+        return self.sample_rate * (self.num_examples if self.public_size is None else self.public_size)
 
     def _epsilon(self, steps: int, accountant: str) -> float:
         return dp_privacy.dpzero_epsilon(
