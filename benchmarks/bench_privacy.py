@@ -2,7 +2,7 @@
 
     python benchmarks/bench_privacy.py
 
-Targets (issue 2): sigma_for_mi <= ~0.5 ms per call, release() for M=128 well under 1 ms.
+Targets: sigma_for_mi <= ~0.5 ms per call, release() for M=128 well under 1 ms.
 """
 from __future__ import annotations
 

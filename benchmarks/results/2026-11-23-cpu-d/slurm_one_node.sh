@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this (Debian 12, root) machine, to run `paczero sweep --slurm` for real and
 # the gated test: PACZERO_TEST_SLURM_PARTITION=cpu python -m pytest tests/test_sweep.py -k real_slurm
-# (fourteenth session: SLURM 22.05.8 from Debian, submitit 1.5.4).
+# (SLURM 22.05.8 from Debian, submitit 1.5.4; run on 2026-11-23).
 set -euo pipefail
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm >/dev/null
 host=$(hostname)

@@ -3,7 +3,7 @@ having destroyed the process group (``destroy``) or not (``none``). Prints the e
 
     python gloo_exit.py destroy 60; python gloo_exit.py none 60
 
-Thirteenth session, this machine with two `yes` processes loading both cores: destroy {2: 120};
+2026-11-23, the project's 2-core CPU machine with two `yes` processes loading both cores: destroy {2: 120};
 none {2: 111, -6: 9} ("terminate called without an active exception"). Hence DataParallel.close.
 """
 import os, sys, subprocess
