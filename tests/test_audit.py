@@ -69,6 +69,7 @@ def test_statistics():
     assert hi == 1.0 and lo == pytest.approx(1 - math.sqrt(math.log(40) / 8))
 
 
+@pytest.mark.slow
 def test_negative_control_leaky_caught_zpl_passes(tmp_path, one_thread):
     data = write_universe(tmp_path / "universe.jsonl")
     leaky = audit(_runs(tmp_path, "raw_half", (1, 2, 3, 4, 5), data), bootstrap=300, reveal_secret=True)

@@ -137,6 +137,7 @@ def test_without_a_compiler_torch_generator_with_a_warning(monkeypatch, tmp_path
     assert cpu.library() is None and not cpu.enabled("cpu")
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_builds_into_the_temporary_directory(monkeypatch, tmp_path):
     blocked = tmp_path / "cache"
     blocked.write_text("a file where the cache directory should be")
@@ -149,6 +150,7 @@ def test_an_unwritable_cache_builds_into_the_temporary_directory(monkeypatch, tm
     assert blocked.read_text().startswith("a file")  # nothing of the user's was touched
 
 
+@pytest.mark.slow
 def test_the_same_bits_whatever_the_vector_width_and_optimisation(lib, monkeypatch, tmp_path):
     """The definition uses only correctly rounded operations and no contraction: the kernel built for this
     CPU's widest vectors (-march=native -O3), for the baseline ISA (-O3, SSE2 on x86-64) and without
@@ -195,6 +197,7 @@ int main(int argc, char **argv) {
 @pytest.mark.skipif(not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64-static")),
                     reason="needs a cross compiler for aarch64 and qemu-user (Debian: gcc-aarch64-linux-gnu, "
                            "qemu-user-static)")
+@pytest.mark.slow
 def test_the_same_bits_on_aarch64(lib, tmp_path):
     """The kernel cross-compiled for 64-bit ARM (GCC, the build's flags, static) and run under qemu gives this
     machine's bits: for the baseline ISA (NEON), for SVE vectors, and without optimisation. Negative control:

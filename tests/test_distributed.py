@@ -88,6 +88,7 @@ def single(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(single, tmp_path):
     multi = str(tmp_path / "multi")
     mp.start_processes(_rank, args=(2, free_port(), multi), nprocs=2, start_method="spawn", join=True)
@@ -103,6 +104,7 @@ def test_two_processes_match_one(single, tmp_path):
     assert json.load(open(f"{multi}/run.json"))["directions"] == KERNEL_SOURCE
 
 
+@pytest.mark.slow
 def test_ranks_that_would_draw_other_directions_refuse_to_start(tmp_path):
     """A rank whose z comes from another generator (say its C compiler failed) stops every rank before the
     first step, naming the difference; negative control: the same launch with agreeing ranks trains."""
@@ -187,6 +189,7 @@ def _stopped(out_dir: str, rank: int) -> tuple[int, str]:
     return int(code), err
 
 
+@pytest.mark.slow
 def test_ranks_stop_together_when_their_data_or_tokens_differ(tmp_path):
     """Ranks must score the same sequences: other examples (a node's copy of the data file differs)
     or other tokens (a node's tokenizer differs) stop every rank before the first step, with one
@@ -253,6 +256,7 @@ def _torchrun_nodes(tmp_path, args_per_node: list[list[str]], timeout: float = 2
 
 
 
+@pytest.mark.slow
 def test_torchrun_across_two_nodes_matches_one_process(tmp_path):
     """The real launcher, as on two nodes (two torchrun agents, one rank each, a static rendezvous at
     node 0): the same transcript and weights as `paczero train` in one process, bit for bit."""
@@ -273,6 +277,7 @@ def test_torchrun_across_two_nodes_matches_one_process(tmp_path):
     assert not os.path.exists(tmp_path / "unused")  # node 1 writes nothing
 
 
+@pytest.mark.slow
 def test_bad_input_on_one_node_stops_every_node(tmp_path):
     """Bad input on node 1's command line stops node 0 too, within seconds (before, node 0 waited for
     the missing rank in init_process_group for two hours): one `paczero: error:` line per node and
@@ -305,6 +310,7 @@ def test_the_compared_settings_never_carry_the_private_seed():
     assert set(cfg.to_dict()) - set(settings) == set(UNCOMPARED_KEYS)
 
 
+@pytest.mark.slow
 def test_two_processes_resume_a_run_as_one_would(single, tmp_path):
     """A run resumed under data parallelism (rank 0 reads the checkpoint and the journal, restores the
     mechanism's state, replays the logged steps after the checkpoint and sends the weights to the other
@@ -326,6 +332,7 @@ def test_two_processes_resume_a_run_as_one_would(single, tmp_path):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.slow
 def test_two_processes_killed_after_a_logged_step_resume_without_executing_it_again(single, tmp_path):
     """Both ranks SIGKILLed once step 3 is logged (rank 0 is killed; rank 1 loses it): the log holds 3
     steps, the newest checkpoint is step 2. The resume under two ranks replays step 3's published update
@@ -349,6 +356,7 @@ def test_two_processes_killed_after_a_logged_step_resume_without_executing_it_ag
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+@pytest.mark.slow
 def test_sigterm_on_another_rank_ends_the_run_with_a_checkpoint(single, tmp_path):
     """torchrun passes a SIGTERM (a preempted job) to every rank of a node, which may not be rank 0's:
     a rank other than 0 that gets it keeps going and sends the request with its next scalars; rank 0
@@ -375,6 +383,7 @@ def test_sigterm_on_another_rank_ends_the_run_with_a_checkpoint(single, tmp_path
     assert len(_transcript(control)) == 4 and (control / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_an_invalid_config_on_one_rank_stops_the_others(tmp_path):
     """`train()` called by each rank (the Python API) with a config that fails validation on rank 1
     only: rank 1 hands its error over, and both ranks stop with code 2, rank 0 naming rank 1's error,

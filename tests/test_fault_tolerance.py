@@ -26,6 +26,8 @@ from paczero.cli import main
 from paczero.config import TrainConfig
 from paczero.train import train
 
+pytestmark = pytest.mark.slow  # training subprocesses killed and resumed
+
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 10
 CFG = dict(model="tiny-llama", task="demo", n_train=16, n_dev=8, n_test=8, steps=STEPS, num_subsets=8,

@@ -140,6 +140,7 @@ _INTERPRETED = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_fused_kernels_compute_the_definition_in_the_interpreter():
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1", PACZERO_TRITON_CPU="1")

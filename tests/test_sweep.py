@@ -68,6 +68,7 @@ def test_visible_gpus(monkeypatch):
     assert visible_gpus("auto") == ["2", "5"]
 
 
+@pytest.mark.slow
 def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path):
     recipe = tmp_path / "tiny.yaml"
     # private_seed fixed: resuming a PAC run with an OS-entropy secret is the engine's job (see train.py);
@@ -100,6 +101,7 @@ def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path):
     assert statuses == ["started", "done", "skipped", "started", "done"]
 
 
+@pytest.mark.slow
 def test_a_finished_cell_with_other_settings_is_skipped_with_a_word(tmp_path):
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text("recipe: {name: tiny}\nmechanism: pac-zpl\nlr: 0.001\n")
@@ -112,6 +114,7 @@ def test_a_finished_cell_with_other_settings_is_skipped_with_a_word(tmp_path):
     assert "use another --out-root" in lines[0]
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
     """A SIGINT to the sweep process alone (a cell runs in a session of its own) goes on to the running
     cell, which checkpoints after its step; the sweep waits for it, records 'stopped', takes no new
@@ -141,6 +144,7 @@ def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
     assert not RunLock.held(root / "tiny" / "seed0")  # the cell's process has ended
 
 
+@pytest.mark.slow
 def test_failed_cell_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("mechanism: pac-zpl\nmodel: /nonexistent/model/folder\n")
@@ -195,6 +199,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_slurm_job_warned_of_its_time_limit_checkpoints_and_requeues_itself_to_resume(tmp_path, monkeypatch):
     """submitit's protocol, played here without SLURM: the job's process (this one) gets SIGUSR2 mid-run
     (SLURM's warning; the handler stands in for submitit's, which calls ``checkpoint`` and exits).
@@ -256,6 +261,7 @@ def _transcript(run: Path) -> list[dict]:
 
 @pytest.mark.skipif(not os.environ.get("PACZERO_TEST_SLURM_PARTITION") or shutil.which("sbatch") is None,
                     reason="needs a SLURM cluster: set PACZERO_TEST_SLURM_PARTITION (a CPU partition) where sbatch works")
+@pytest.mark.slow
 def test_on_a_real_slurm_cluster_a_warned_job_requeues_itself_and_finishes_the_run(tmp_path):
     """Through sbatch: a cell's job, sent SLURM's warning (``scancel --signal=USR2``, what SLURM sends
     ``--signal-delay-s`` before the time limit) mid-run, checkpoints, is requeued by submitit, resumes

@@ -289,6 +289,7 @@ def test_resume_refuses_changed_data_at_the_same_path(tmp_path):
         train(cfg.replace(resume=True), log=_quiet)
 
 
+@pytest.mark.slow
 def test_unloadable_hub_model_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert main(["eval", "no-such-org/no-such-model"]) == 2
@@ -324,6 +325,7 @@ def test_offloaded_trained_weights_are_refused(monkeypatch):
         scalars()
 
 
+@pytest.mark.slow
 def test_compiled_lora_step_sees_the_perturbation_and_the_update():
     """``compile``: the compiled body reads the adapters' swapped-in (theta +/- mu z) and updated tensors.
 
