@@ -169,30 +169,3 @@ def test_missing_config_and_privacy_command(capsys, tmp_path):
     assert main(["privacy", "--mia", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("paczero: error: ") for line in err)
-
-
-def test_cli_answers_a_model_the_lockstep_grouping_cannot_serve_in_one_line(monkeypatch, capsys, tmp_path):
-    """A model that calls a grouped Linear outside its owner (here: every decoder layer of tiny-opt calls its
-    attention's q_proj on its own first) gets one line naming the way out and exit 2; the way out trains."""
-    import paczero.models as models
-    import paczero.zo as zo
-
-    real = models.load_model
-
-    def load(*args, **kwargs):
-        lm = real(*args, **kwargs)
-        for layer in [m for m in lm.model.modules() if hasattr(m, "self_attn")]:
-            def forward(*a, _inner=layer.forward, _q=layer.self_attn.q_proj, **kw):
-                _q(a[0] if a else kw["hidden_states"])  # a grouped child called outside its owner
-                return _inner(*a, **kw)
-            layer.forward = forward
-        return lm
-
-    monkeypatch.setattr(models, "load_model", load)
-    monkeypatch.setattr(zo, "DEFAULT_CACHE_LIMIT", 0)  # tiny-opt FT uncached: lock-step with grouped attentions
-    argv = ["train", "--model", "tiny-opt", "--track", "ft", "--steps", "1", "--n-train", "8", "--n-dev", "4",
-            "--n-test", "4", "--no-progress"]
-    assert main(argv + ["--out-dir", str(tmp_path / "grouped")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("paczero: error: ") and "--lockstep-batches 0" in err[0], err
-    assert main(argv + ["--out-dir", str(tmp_path / "plain"), "--lockstep-batches", "0"]) == 0

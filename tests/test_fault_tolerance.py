@@ -234,38 +234,49 @@ def test_corrupted_manifest_falls_back(reference, tmp_path, capsys):
     _assert_same_run(out, reference)
 
 
-def test_resume_with_another_generator_of_z_says_so(reference, tmp_path, capsys, monkeypatch):
+#: what run.json records for a run whose z came from another generator (here: the CPU kernel of paczero 0.1)
+OTHER_DIRECTIONS = "philox4x32-10 box-muller, float32 series (paczero.cpu_directions)"
+
+
+def _record_other_directions(run: Path) -> str:
+    """Make run.json say the run drew z from another generator; returns what it recorded before."""
+    meta = json.loads((run / "run.json").read_text())
+    was, meta["directions"] = meta["directions"], OTHER_DIRECTIONS
+    (run / "run.json").write_text(json.dumps(meta))
+    return was
+
+
+def test_resume_with_another_generator_of_z_says_so(reference, tmp_path, capsys):
     """run.json records which generator defines z. A resume that must replay logged steps (here 9 and 10,
-    after the checkpoint of step 8) along another generator (no C compiler there, or
-    PACZERO_TORCH_DIRECTIONS=1) is refused with one line, exit code 2, nothing written: the published
-    coefficients would move the weights along other directions. Where nothing needs replaying (a run
-    stopped at its checkpoint) the resume goes on with a warning that its later steps follow other
-    directions. Red if the refusal is dropped (the first resume then succeeds)."""
+    after the checkpoint of step 8) along another generator than the run's (a run of paczero 0.1 drew z
+    on CPU from a compiled kernel; on CUDA, Triton's kernels or torch's generator) is refused with one
+    line, exit code 2, nothing written: the published coefficients would move the weights along other
+    directions. Where nothing needs replaying (a run stopped at its checkpoint) the resume goes on with
+    a warning that its later steps follow other directions. Red if the refusal is dropped (the first
+    resume then succeeds)."""
     out = tmp_path / "run"
     shutil.copytree(reference, out)
     shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
-    saved = json.loads((out / "run.json").read_text())["directions"]
-    assert "philox" in saved
+    now = _record_other_directions(out)
+    assert now == "torch generator per chunk (cpu)"
     files = {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".paczero.lock"}
-    monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
     assert main(_flags(out) + ["--resume"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and err.startswith(f"paczero: error: cannot resume: steps {STEPS - 1}..{STEPS} must "
-                                                    f"be replayed along the original run's directions ({saved})")
+    assert err.count("\n") == 0 and err == (
+        f"paczero: error: cannot resume: steps {STEPS - 1}..{STEPS} must be replayed along the original run's "
+        f"directions ({OTHER_DIRECTIONS}), and this process draws z from {now}")
     assert {p: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".paczero.lock"} == files
 
     stopped = tmp_path / "stopped"
-    monkeypatch.delenv("PACZERO_TORCH_DIRECTIONS")
     p = _spawn(tmp_path, stopped, "term_mid_step", 2)
     assert p.communicate(timeout=120) and p.returncode == 130
-    monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
+    _record_other_directions(stopped)
     assert main(_flags(stopped) + ["--resume"]) == 0
     printed = capsys.readouterr().out
     assert "resuming from step 3\n" in printed
-    assert f"warning: the directions now come from torch generator per chunk (cpu) ({saved} in the original run)" \
-        in printed
-    assert _transcript(stopped)[:3] == _transcript(reference)[:3]
-    assert json.loads((stopped / "run.json").read_text())["directions"] == saved  # the original run's record
+    assert f"warning: the directions now come from {now} ({OTHER_DIRECTIONS} in the original run)" in printed
+    assert _transcript(stopped) == _transcript(reference)  # the same generator here, so the same run
+    assert json.loads((stopped / "run.json").read_text())["directions"] == OTHER_DIRECTIONS  # the original record
 
 
 def test_resume_of_a_run_that_predates_the_record_of_its_directions_says_so(reference, tmp_path, capsys):
@@ -382,7 +393,7 @@ def _lines(run: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
-def test_a_logged_step_is_final(mechanism, tmp_path, capsys, monkeypatch, one_thread):
+def test_a_logged_step_is_final(mechanism, tmp_path, capsys, one_thread):
     """SIGKILL after step 6 is logged, two steps after the checkpoint of step 4. Every record of the log
     copied at the kill is unchanged in the final log, byte for byte, and the finished run is the
     uninterrupted one (transcript, charge, weights): the resume continued after the last logged step
@@ -403,11 +414,12 @@ def test_a_logged_step_is_final(mechanism, tmp_path, capsys, monkeypatch, one_th
     assert len(published) == 6 and [c.name for c in (out / "checkpoints").iterdir()] == ["step-000004"]
     assert oct((out / "journal.jsonl").stat().st_mode & 0o777) == "0o600"
 
-    monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
+    record = (out / "run.json").read_text()
+    _record_other_directions(out)
     assert main(_flags(out, **extra) + ["--resume"]) == 2
     assert "must be replayed along the original run's directions" in capsys.readouterr().err
     assert _lines(out) == published
-    monkeypatch.delenv("PACZERO_TORCH_DIRECTIONS")
+    (out / "run.json").write_text(record)
 
     assert main(_flags(out, **extra) + ["--resume"]) == 0
     assert "resuming from step 6 (weights of step 4, 2 logged steps replayed)" in capsys.readouterr().out

@@ -125,15 +125,15 @@ _INTERPRETED = textwrap.dedent('''
                 for x in waves]
     def same(a, b):
         return all(torch.equal(u, v) for pa, pb in zip(a, b) for u, v in zip(pa, pb))
-    assert same(scores(fused, 4), scores(cached, 4)) and fused._kept   # kept after the first wave, reused
+    assert same(scores(fused, 4), scores(cached, 4)) and fused._small_copies   # kept after the first wave, reused
     start = [p.detach().clone() for _, p in params]
-    stale = dict(fused._kept)
+    stale = dict(fused._small_copies)
     fused.apply_update(4, [3.0], lr=0.5)
     cached.apply_update(4, [3.0], lr=0.5)
-    assert not fused._kept and same(scores(fused, 4), scores(cached, 4))
+    assert not fused._small_copies and same(scores(fused, 4), scores(cached, 4))
     # negative control: copies kept across the update would score the weights before it
     fused.apply_update(4, [0.0], lr=0.5, weight_decay=0.0)
-    fused._kept, fused._kept_for = stale, (4, 0)
+    fused._small_copies, fused._small_copies_for = stale, (4, 0)
     assert not same(scores(fused, 4), scores(cached, 4))
     assert not any(torch.equal(p.detach(), b) for (_, p), b in zip(params, start))
     print("ok")

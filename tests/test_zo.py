@@ -5,7 +5,7 @@ import torch
 
 from paczero.models import load_model, trainable_parameters
 from paczero import zo
-from paczero.zo import LockstepGroupingError, Perturber, direction_seed, stability_clip
+from paczero.zo import Perturber, direction_seed, stability_clip
 
 
 def _loss(model, ids):
@@ -90,31 +90,28 @@ def test_update_moves_along_z_and_k_directions_average():
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_update_is_the_same_arithmetic_on_every_path(dtype):
     """theta <- fl(fl(theta (1 - lr wd)) - sum_k fl(z_k s_k)), recomputed here with torch operators from
-    direction(), equals apply_update bit for bit: cached (z stored, or an embedding's regenerated in the
-    kernel), uncached (chunk by chunk, fp32 in the kernel), and with torch's generator."""
+    direction(), equals apply_update bit for bit: cached (z stored for the step, subtracted a block at a time)
+    and uncached (z drawn chunk by chunk by the worker threads)."""
     lm = load_model("tiny-opt", track="ft", dtype=dtype)
     params = trainable_parameters(lm.model, "ft")
     start = [p.detach().clone() for _, p in params]
     coefs, lr, wd = [0.7, -1.3], 0.05, 0.01
     scales = [lr * c / len(coefs) for c in coefs]
-    for env in ("", "1"):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("PACZERO_TORCH_DIRECTIONS", env)
-            for cache_limit in (None, 0):
-                for (_, p), s0 in zip(params, start):
-                    p.data.copy_(s0)
-                pert = Perturber(lm.model, params, public_seed=8, cache_limit=cache_limit)
-                assert any(pert._kernel) == (env == "")
-                want = []
-                for i, s0 in enumerate(start):
-                    acc = s0.float() * (1.0 - lr * wd)
-                    for k, s in enumerate(scales):
-                        acc = acc - pert.direction(6, k, i) * s
-                    want.append(acc.to(s0.dtype))
-                pert.apply_update(6, coefs, lr, weight_decay=wd)
-                for (name, p), w in zip(params, want):
-                    assert torch.equal(p.data, w), (env, cache_limit, name)
-                assert not all(torch.equal(p.data, s0) for (_, p), s0 in zip(params, start))
+    for cache_limit in (None, 0):
+        for (_, p), s0 in zip(params, start):
+            p.data.copy_(s0)
+        pert = Perturber(lm.model, params, public_seed=8, cache_limit=cache_limit)
+        assert pert.cache == (cache_limit is None)
+        want = []
+        for i, s0 in enumerate(start):
+            acc = s0.float() * (1.0 - lr * wd)
+            for k, s in enumerate(scales):
+                acc = acc - pert.direction(6, k, i) * s
+            want.append(acc.to(s0.dtype))
+        pert.apply_update(6, coefs, lr, weight_decay=wd)
+        for (name, p), w in zip(params, want):
+            assert torch.equal(p.data, w), (cache_limit, name)
+        assert not all(torch.equal(p.data, s0) for (_, p), s0 in zip(params, start))
     # negative control: a coefficient moved by one part in a million fails the comparison
     for (_, p), s0 in zip(params, start):
         p.data.copy_(s0)
@@ -134,36 +131,31 @@ def test_directions_are_public_and_deterministic():
     a.remove()
 
 
-@pytest.mark.parametrize("source", ["kernel", "torch"])
-def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path(source, monkeypatch):
-    """Chunk c of z for (step, k, i) is, from the seed chunk_seeds(direction_seed(...))[c], the counter-based
-    definition of paczero.cpu_directions (its numpy float32 mirror, not the compiled kernel) or, with
-    PACZERO_TORCH_DIRECTIONS=1, torch's normal_; recomputed here independently of the Perturber. The cached
-    step's one draw of every tensor (split between threads), the uncached draw and the chunk seeds' two
-    computations (Python integers for few chunks, numpy for many) all give it."""
-    from paczero import cpu_directions
+def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path(monkeypatch):
+    """Chunk c of z for (step, k, i) is torch's normal_ from a generator seeded with
+    chunk_seeds(direction_seed(...))[c], recomputed here independently of the Perturber. The cached step's one
+    draw of every tensor (split between threads), the uncached draw and the chunk seeds' two computations
+    (Python integers for few chunks, numpy for many) all give it; PACZERO_TORCH_DIRECTIONS changes nothing
+    on CPU."""
+    from paczero.zo import directions
 
     for base in (0, 1, 2**63 - 1, 0x123456789ABCDEF, 2**62 + 12345):
-        for n in range(1, zo._FEW_CHUNKS + 3):
-            few, zo._FEW_CHUNKS = zo._FEW_CHUNKS, 0
-            try:
+        for n in range(1, directions._FEW_CHUNKS + 3):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(directions, "_FEW_CHUNKS", 0)
                 by_numpy = zo.chunk_seeds(base, n)
-            finally:
-                zo._FEW_CHUNKS = few
             assert by_numpy.dtype == np.uint64 and np.array_equal(zo.chunk_seeds(base, n), by_numpy)
-    if source == "torch":
-        monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
     lm = load_model("tiny-opt", track="ft")
     params = trainable_parameters(lm.model, "ft")
     cached = Perturber(lm.model, params, public_seed=21)
     uncached = Perturber(lm.model, params, public_seed=21, cache_limit=0)
+    monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
+    with_env = Perturber(lm.model, params, public_seed=21, cache_limit=0)
     assert cached.cache and not uncached.cache
-    assert all(cached._kernel) == all(uncached._kernel) == (source == "kernel")
+    assert cached.directions == uncached.directions == with_env.directions == "torch generator per chunk (cpu)"
     g = torch.Generator()
 
     def chunk(seed: int, n: int) -> torch.Tensor:
-        if source == "kernel":
-            return torch.from_numpy(cpu_directions.mirror_values(seed, np.arange(n)))
         g.manual_seed(seed)
         return torch.empty(n).normal_(generator=g)
 
@@ -177,9 +169,8 @@ def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path(source, monkeypatc
         expected = expected.view(lay.shape)
         assert torch.equal(cached.direction(3, 1, i), expected), params[i][0]
         assert torch.equal(uncached.direction(3, 1, i), expected), params[i][0]
-    # the first request drew every tensor of (step, k) but the embedding, whose z the kernel never stores
-    assert cached._regen == ({0} if source == "kernel" else set())
-    assert len(cached._z_cache) == len(params) - len(cached._regen)
+        assert torch.equal(with_env.direction(3, 1, i), expected), params[i][0]
+    assert len(cached._z_cache) == len(params)  # the first request drew every tensor of (step, k)
     wrong = zo.chunk_seeds(direction_seed(21, 3, 1, i) + 1, lay.n_chunks)  # negative control: another seed
     a, b = lay.chunk_rows(0)
     assert not torch.equal(chunk(int(wrong[0]), (b - a) * lay.row).view(b - a, lay.row),
@@ -212,9 +203,9 @@ def test_direction_chunks_rows_and_threads():
     lay = pert._layouts[i]
     assert lay.n_chunks > 4
     rows = torch.tensor([0, 3, lay.per_chunk, lay.per_chunk + 1, 3, z1.shape[0] - 1])
-    from paczero import zo
+    from paczero.zo import directions
     many = torch.randint(0, z1.shape[0], (5000,), generator=torch.Generator().manual_seed(0))
-    assert lay.n_chunks * lay.per_chunk * lay.row > 2 * zo._ROWS_GROUP_VALUES  # several groups of chunks
+    assert lay.n_chunks * lay.per_chunk * lay.row > 2 * directions._ROWS_GROUP_VALUES  # several groups of chunks
     for grouped in (None, False, True):  # CPU's default (all at once), and the accelerators' groups
         assert torch.equal(pert.direction_rows(5, 0, i, rows, grouped=grouped), z1[rows])
         assert torch.equal(pert.direction_rows(5, 0, i, many, grouped=grouped), z1[many])
@@ -260,16 +251,13 @@ def test_lockstep_and_sequential_match_cached_bit_for_bit(name, task_name, dtype
     ref, ref_loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
     assert np.all(ref != 0) if dtype == "fp32" else np.any(ref != 0)
     with pytest.MonkeyPatch.context() as mp:  # cached with a whole perturbed copy of the embedding swapped in
-        mp.setattr(zo, "_ROWS_MIN_VALUES", 1 << 62)
+        mp.setattr(zo.perturb, "_ROWS_MIN_VALUES", 1 << 62)
         g, loss = _scalars(lm, params, batches, task, cache_limit=1 << 30)
     assert np.array_equal(g, ref) and loss == ref_loss
     for big in (1 << 22, 1000):
         for lockstep in (0, 1, 3):
             g, loss = _scalars(lm, params, batches, task, cache_limit=0, big_values=big, lockstep=lockstep)
             assert np.array_equal(g, ref) and loss == ref_loss, (big, lockstep)
-    # lock-step with every Linear its own owner (on CPU, MLPs and attentions are grouped by default)
-    g, loss = _scalars(lm, params, batches, task, cache_limit=0, lockstep=1, group_linears=False)
-    assert np.array_equal(g, ref) and loss == ref_loss
     # waves by tokens (the training loop's form): micro-batches grouped up to 1 or 2 budgets per sign
     for lockstep in (1, 2):
         g, loss = _scalars(lm, params, batches, task, cache_limit=0, lockstep=lockstep, token_budget=96)
@@ -461,8 +449,8 @@ def test_cached_block_perturbs_a_trained_embedding_by_looked_up_rows(monkeypatch
     emb = lm.model.get_input_embeddings()
     assert pert.cache and id(emb.weight) in pert._rows_params
     sizes = []
-    perturb = zo._perturb
-    monkeypatch.setattr(zo, "_perturb", lambda z, s, base: sizes.append(base.numel()) or perturb(z, s, base))
+    perturb = zo.layers._perturb  # the one perturbation arithmetic, looked up in paczero/zo/layers.py
+    monkeypatch.setattr(zo.layers, "_perturb", lambda z, s, base: sizes.append(base.numel()) or perturb(z, s, base))
     weight, ptr = emb.weight.data, emb.weight.data_ptr()
     with torch.inference_mode():
         z = pert.direction(0, 0, pert._index[id(emb.weight)])
@@ -473,87 +461,8 @@ def test_cached_block_perturbs_a_trained_embedding_by_looked_up_rows(monkeypatch
         want = perturb(z, 1e-2, weight)[ids]
     assert torch.equal(out, want)
     assert sizes and max(sizes) < weight.numel() // 10  # only the looked-up rows were perturbed
-    monkeypatch.setattr(zo, "_ROWS_MIN_VALUES", 1 << 62)  # control: the whole-copy swap is seen by the checks
+    monkeypatch.setattr(zo.perturb, "_ROWS_MIN_VALUES", 1 << 62)  # control: the whole-copy swap is seen by the checks
     whole = Perturber(lm.model, trainable_parameters(lm.model, "ft"), public_seed=5)
     with torch.inference_mode(), whole.perturbed(0, 0, 1e-2):
         assert emb.weight.data_ptr() != ptr and torch.equal(emb(ids), want)
     assert max(sizes) == weight.numel()
-
-
-def test_grouped_linears_run_one_job_at_a_time_inside_an_mlp():
-    """Uncached lock-step on CPU: an MLP (and an attention) whose trained tensors all sit in direct Linear
-    children is one owner, evaluated job after job, so the + and - jobs of a wave never hold the MLP's
-    intermediate activations together; with ``group_linears=False`` (the control) they do."""
-    from paczero.tasks import build_task, load_splits
-    lm = load_model("tiny-llama", track="ft")
-    task = build_task("demo", lm.tokenizer)
-    batches = task.make_batches(task.encode(load_splits("demo", n_train=6, n_dev=1, n_test=1)[0]),
-                                token_budget=1 << 14)
-    params = trainable_parameters(lm.model, "ft")
-    mlps = [m for m in lm.model.modules() if type(m).__name__ == "LlamaMLP"]
-    inside, most = [0], [0]
-
-    def enter(*_):
-        inside[0] += 1
-        most[0] = max(most[0], inside[0])
-
-    def leave(*_):
-        inside[0] -= 1
-
-    handles = [h for m in mlps for h in (m.gate_proj.register_forward_pre_hook(enter),
-                                         m.down_proj.register_forward_hook(leave))]
-    seen = {}
-    try:
-        for group in (None, False):
-            pert = Perturber(lm.model, params, public_seed=4, cache_limit=0, lockstep=1, group_linears=group)
-            owners = {id(m) for m, _ in pert._owner_modules}
-            most[0] = 0
-            g, _ = zo.two_point_scalars(pert, 1, 1, 1e-2, batches, lambda b: task.losses(lm.model, b), 6, "cpu")
-            pert.remove()
-            seen[group] = (owners, most[0], g)
-    finally:
-        for h in handles:
-            h.remove()
-    attn = [m for m in lm.model.modules() if type(m).__name__ == "LlamaAttention"]
-    assert all(id(m) in seen[None][0] and id(m.gate_proj) not in seen[None][0] for m in mlps)
-    assert all(id(m) in seen[None][0] and id(m.q_proj) not in seen[None][0] for m in attn) and mlps and attn
-    assert seen[None][1] == 1                      # one job inside an MLP at a time
-    assert all(id(m) not in seen[False][0] and id(m.gate_proj) in seen[False][0] for m in mlps)
-    assert seen[False][1] == 2                     # control: both jobs of the wave inside at once
-    assert np.array_equal(seen[None][2], seen[False][2]) and np.all(seen[None][2] != 0)
-
-
-def test_a_grouped_linear_called_from_outside_its_module_is_refused():
-    """A model that calls a grouped child directly (before or after its parent) would see it unperturbed:
-    refused with a clear error; with group_linears=False the same model matches the cached path."""
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-        def forward(self, x):
-            return self.b(torch.relu(self.a(x)))
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.block = Block()
-
-        def forward(self, x):
-            first = self.block.a(x) if self.before else 0  # the child also called from outside its parent
-            out = self.block(x) + first
-            return out + (0 if self.before else self.block.a(x))
-
-    torch.manual_seed(0)
-    net, x = Net(), torch.randn(3, 8)
-    params = list(net.named_parameters())
-    jobs = [(1e-2, lambda: net(x)), (-1e-2, lambda: net(x))]
-    grouped = Perturber(net, params, public_seed=1, cache_limit=0, lockstep=1)
-    assert grouped._groups  # the block is a group
-    for net.before in (True, False):
-        with pytest.raises(LockstepGroupingError, match="group_linears=False"):
-            grouped.evaluate(0, 0, jobs)
-    assert all("forward" not in m.__dict__ and not m._forward_pre_hooks for m in net.modules())  # cleaned up
-    plain = Perturber(net, params, public_seed=1, cache_limit=0, lockstep=1, group_linears=False)
-    cached = Perturber(net, params, public_seed=1, cache_limit=1 << 30)
-    assert all(torch.equal(u, v) for u, v in zip(plain.evaluate(0, 0, jobs), cached.evaluate(0, 0, jobs)))
