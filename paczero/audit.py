@@ -172,8 +172,9 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
                       batches) -> tuple[np.ndarray, dict]:
     """The transcript adversary: replay theta_t from public data, recompute the subset signs
     at every noised step and apply the mechanism's Bayes update on (y~, sigma)."""
+    from paczero.distributed import SingleProcess
     from paczero.subsets import subset_signs
-    from paczero.zo import Perturber, stability_clip, two_point_scalars
+    from paczero.zo import Perturber, stability_clip, zo_step
 
     m = design.shape[0]
     log_post = np.full(m, -math.log(m))
@@ -185,6 +186,7 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
         for rec in records:
             step = rec["step"]
             branches = rec["branch"] if isinstance(rec["branch"], list) else [rec["branch"]]
+            published = (rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]], rec["lr"])
             # noised releases move the posterior; a charged unanimity (tolerance unanimity) rules out the
             # candidates whose sign differs from the released one
             if "noised" in branches or ("unanimous" in branches and (rec.get("mi_step") or 0.0) > 0.0):
@@ -192,8 +194,10 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
                 ys = rec["y_tilde"] if k > 1 else [rec["y_tilde"]]
                 sig = rec["sigma"] if k > 1 else [rec["sigma"]]
                 bits = rec["bit"] if k > 1 else [rec["bit"]]
-                g, _ = two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
-                                         lambda b: setup.task.losses(setup.model, b), n, setup.device)
+                g = zo_step(step, batches, n, perturber=perturber, ranks=SingleProcess(),
+                            loss_fn=lambda b: setup.task.losses(setup.model, b), num_directions=cfg.num_directions,
+                            mu=cfg.mu, clip=cfg.clip, weight_decay=cfg.weight_decay, device=setup.device,
+                            release=lambda clipped: published).scalars  # the step, with its published release
                 signs = subset_signs(stability_clip(g, cfg.clip), design)
                 for j in range(k):
                     post = np.exp(log_post - log_post.max())
@@ -209,8 +213,8 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
                     log_post = log_post + (ys[j] / (sig[j] * sig[j])) * signs[j]
                     log_post -= log_post.max()
                     log_post -= math.log(np.exp(log_post).sum())
-            coefs = rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]]
-            perturber.apply_update(step, coefs, rec["lr"], cfg.weight_decay)
+            else:  # nothing to learn from this step's signs: only its published update
+                perturber.apply_update(step, *published, cfg.weight_decay)
     finally:
         perturber.remove()
     post = np.exp(log_post - log_post.max())
@@ -232,7 +236,7 @@ def collect_run(run_dir: str | Path, *, with_truth: bool = True) -> RunEvidence:
 
     from paczero.models import trainable_parameters
     from paczero.privacy import mia_bound
-    from paczero.train import build, load_trainable
+    from paczero.build import build, load_trainable
 
     path = Path(run_dir).expanduser()
     cfg = _load_config(path)

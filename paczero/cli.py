@@ -13,10 +13,10 @@ import dataclasses
 import json
 import sys
 import typing
-from pathlib import Path
 from typing import Any
 
 from paczero.config import LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
+from paczero.recipes import list_recipes, resolve_recipe
 
 
 class UsageError(Exception):
@@ -110,24 +110,6 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         elif base in (int, float, str):
             kw["type"] = _none_or(base) if optional else base
         p.add_argument(flag, **kw)
-
-
-def recipes_root() -> Path:
-    return Path(__file__).parent / "recipes"
-
-
-def list_recipes() -> list[str]:
-    root = recipes_root()
-    return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
-
-
-def resolve_recipe(name: str) -> Path:
-    path = recipes_root() / f"{name}.yaml"
-    if not path.exists():
-        near = [r for r in list_recipes() if name.split("/")[-1] in r][:5]
-        raise ConfigError(f"unknown recipe {name!r}" + (f"; did you mean {', '.join(near)}?" if near else
-                                                         "; list them with 'paczero recipes'"))
-    return path
 
 
 def config_from_args(ns: argparse.Namespace) -> TrainConfig:

@@ -18,9 +18,14 @@ from typing import Any
 
 import yaml
 
+#: The mechanism registry: every name a config may give (the classes: ``paczero.mechanisms.MECHANISMS``,
+#: kept equal to this by a test), and the families that train, report, statement and bench read.
 MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo",
               "raw_full", "quant_full", "raw_half", "quant_half", "random_sign")
 PAC_MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "raw_half", "quant_half")  # these use the candidate subsets
+PAC_PRIVATE = ("pac-zpl", "pac-mi", "hybrid")  # a PAC Privacy guarantee
+MI_BUDGETED = ("pac-mi", "hybrid")              # take an MI budget (mi_budget)
+DP_MECHANISMS = ("dpzero", "dp-aggzo")          # (epsilon, delta)-DP on Poisson-sampled batches
 TASKS = ("sst2", "squad", "demo")
 LR_SCHEDULES = ("constant", "linear", "polynomial")
 
@@ -171,7 +176,7 @@ class TrainConfig:
         integer("seed", self.seed, 0)
         if self.private_seed is not None:
             integer("private_seed", self.private_seed, 0)
-        if self.mechanism in ("pac-mi", "hybrid"):
+        if self.mechanism in MI_BUDGETED:
             need(self.mi_budget is not None, f"{self.mechanism} needs mi_budget (total MI in nats), e.g. --mi-budget 0.33")
             finite_pos("mi_budget", self.mi_budget)
         elif self.mi_budget is not None:
@@ -180,7 +185,7 @@ class TrainConfig:
         if self.mechanism == "hybrid":
             need(self.switch_step is not None, "hybrid needs switch_step")
             integer("switch_step", self.switch_step, 0)
-        if self.mechanism in ("dpzero", "dp-aggzo"):
+        if self.mechanism in DP_MECHANISMS:
             need(self.epsilon is not None, f"{self.mechanism} needs epsilon, e.g. --epsilon 2")
             finite_pos("epsilon", self.epsilon)
             need(isinstance(self.delta, float) and 0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta!r}")

@@ -14,7 +14,7 @@ from the public seed. At each step
 4. every rank applies the identical update.
 
 The other ranks never build a mechanism: no secret index, no private
-generator, no posterior exists outside rank 0 (:func:`follow` is their whole
+generator, no posterior exists outside rank 0 (:func:`run_follower` is their whole
 loop). Only rank 0 writes logs, checkpoints and the summary.
 
 Before any work the ranks meet (:meth:`DataParallel.agree`): they compare the
@@ -36,7 +36,7 @@ score and the scalars are moved, never summed.
 Launch: ``torchrun --nproc-per-node 2 -m paczero.cli train ...`` (gloo on CPU,
 nccl on CUDA, one GPU per rank from ``LOCAL_RANK``); across nodes, the same
 command on each node with ``--nnodes``, ``--node-rank`` and the address of
-node 0 (docs/distributed.md). A single process is :class:`Single`, whose
+node 0 (docs/distributed.md). A single process is :class:`SingleProcess`, whose
 methods pass through.
 """
 from __future__ import annotations
@@ -104,17 +104,17 @@ def _differences(what: str, values: Sequence) -> str:
         f"rank {r}: {show(values[r])}" for r in ranks if r == 0 or values[r] != values[0])
 
 
-def init_from_env(device: str = "auto") -> "Single | DataParallel":
+def init_from_env(device: str = "auto") -> "SingleProcess | DataParallel":
     """The data-parallel context of this process, from torchrun's ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``.
 
     Reuses a process group that is already initialised (and leaves it to its owner: only a group
-    initialised here is destroyed by :meth:`DataParallel.close`); a world of one is :class:`Single`.
+    initialised here is destroyed by :meth:`DataParallel.close`); a world of one is :class:`SingleProcess`.
     """
     if tdist.is_available() and tdist.is_initialized():
-        return Single() if tdist.get_world_size() == 1 else DataParallel(owner=False)
+        return SingleProcess() if tdist.get_world_size() == 1 else DataParallel(owner=False)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return Single()
+        return SingleProcess()
     cuda = str(device).startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))))
@@ -183,7 +183,7 @@ def gather_scalars(g_local: np.ndarray, loss_local: Sequence[float], batches: Se
     return g, loss, any_stop
 
 
-class Single:
+class SingleProcess:
     """One process: every method passes through (no communication)."""
 
     rank, world, is_main = 0, 1, True
@@ -218,7 +218,7 @@ class Single:
         return two_point_scalars(perturber, step, num_directions, mu, batches, loss_fn, n_rows, device)
 
 
-class DataParallel(Single):
+class DataParallel(SingleProcess):
     """A rank of an initialised process group (see the module docstring for the protocol)."""
 
     def __init__(self, owner: bool = False):
@@ -245,7 +245,7 @@ class DataParallel(Single):
         """All ranks meet: each brings its ``value`` of ``what`` (a JSON-able value) and the bad input
         it found, if any. Raises :class:`RankStopped` on every rank when a rank brings a problem (the
         lowest such rank's, named) or when the values differ (naming what differs, e.g. the generator
-        of z: a rank whose C compiler failed would follow other directions than the rest)."""
+        of z: a rank without Triton on CUDA would follow other directions than the rest)."""
         brought = [None] * self.world
         mine = None if problem is None else (str(problem).splitlines() or [problem.__class__.__name__])[0]
         tdist.all_gather_object(brought, (value, mine))
@@ -284,7 +284,7 @@ class DataParallel(Single):
         return self._bcast()
 
     def stop(self) -> None:
-        """Rank 0: no more steps (normal end or a stop request); the other ranks leave :func:`follow`."""
+        """Rank 0: no more steps (normal end or a stop request); the other ranks leave :func:`run_follower`."""
         self._bcast(None)
 
     def two_point_scalars(self, perturber, step: int, num_directions: int, mu: float, batches: Sequence,
@@ -307,27 +307,27 @@ class DataParallel(Single):
         return g, loss_sum / max(sum(len(b.index) for b in batches), 1)
 
 
-def follow(cfg, dp: DataParallel) -> dict:
-    """The loop of a rank other than 0: score its share, receive the release, update. Holds no secret."""
+def run_follower(cfg, ranks: DataParallel) -> dict:
+    """The loop of a rank other than 0: score its share of each step, apply rank 0's release. Holds no secret."""
+    from paczero.build import build_together, step_batches
     from paczero.models import trainable_parameters
-    from paczero.train import _Stop, build_together, step_batches
-    from paczero.zo import Perturber
+    from paczero.stop import StopRequest
+    from paczero.zo import Perturber, zo_step
 
-    setup, _ = build_together(cfg, dp)
-    model, task, device = setup.model, setup.task, setup.device
+    setup, _ = build_together(cfg, ranks)
+    model, task = setup.model, setup.task
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
-    dp.agree("directions", perturber.directions)
-    dp.sync_weights(params)
+    ranks.agree("directions", perturber.directions)
+    ranks.sync_weights(params)
     steps = 0
-    with _Stop() as stop:  # SIGTERM / Ctrl-C: ask rank 0 to end the run (at the end of a step, checkpointed)
-        while (msg := dp.receive()) is not None:
+    with StopRequest() as stop:  # SIGTERM / Ctrl-C: ask rank 0 to end the run (at the end of a step, checkpointed)
+        while (msg := ranks.receive()) is not None:
             step, idx = msg
             batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
-            dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
-                                 lambda b: task.losses(model, b), rows, device, stop=stop.requested)
-            coefs, lr = dp.receive_release()
-            perturber.apply_update(step, coefs, lr, cfg.weight_decay)
+            zo_step(step, batches, rows, perturber=perturber, ranks=ranks, loss_fn=lambda b: task.losses(model, b),
+                    num_directions=cfg.num_directions, mu=cfg.mu, clip=cfg.clip, weight_decay=cfg.weight_decay,
+                    device=setup.device, release=lambda clipped: ranks.receive_release(), stop=stop.requested)
             steps += 1
-    return {"rank": dp.rank, "steps": steps}
+    return {"rank": ranks.rank, "steps": steps}

@@ -18,7 +18,7 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
     """
     from paczero.checkpoint import load_latest_checkpoint
     from paczero.models import trainable_parameters
-    from paczero.train import build, evaluate, load_trainable
+    from paczero.build import build, evaluate, load_trainable
 
     overrides = dict(overrides or {})
     path = Path(target).expanduser()

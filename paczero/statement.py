@@ -11,6 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from paczero.config import DP_MECHANISMS, PAC_PRIVATE
+
 
 def secret_source(cfg, private: bool = True) -> str:
     """Where the secret randomness came from (a fixed private seed voids the guarantee); ``private``:
@@ -33,7 +35,7 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
     lines: list[str] = []
     if statement.get("private") is False:
         lines.append(f"Privacy: none. '{mech}' is a non-private reference; it makes no privacy claim.")
-    elif mech in ("dpzero", "dp-aggzo"):
+    elif mech in DP_MECHANISMS:
         lines.append(
             f"Privacy: ({statement.get('epsilon_rdp', float('nan')):.4g}, {statement.get('delta')})-DP by the RDP "
             f"accountant ({statement.get('epsilon_pld', float('nan')):.4g} by PLD) for {statement.get('steps')} steps "
@@ -115,7 +117,7 @@ def model_card(summary: dict[str, Any]) -> str:
         data = "a local data file"  # its path may say more than a public card should
     front = ["---", f"base_model: {base}" if hub_id else None, "library_name: " + ("peft" if cfg["track"] == "lora"
                                                                                          else "transformers"),
-             "tags:", "- paczero", "- pac-privacy" if cfg["mechanism"] in ("pac-zpl", "pac-mi", "hybrid") else None,
+             "tags:", "- paczero", "- pac-privacy" if cfg["mechanism"] in PAC_PRIVATE else None,
              "- zeroth-order", "---"]
     return "\n".join([line for line in front if line is not None] + [
         "",

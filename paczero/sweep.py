@@ -78,7 +78,7 @@ class Cell:
 # ---------------------------------------------------------------------------- planning
 def expand_recipes(patterns: list[str]) -> list[tuple[str, Path]]:
     """Recipe names, globs (``headline/sst2-*``), table names (``plateau``) or YAML paths -> (name, file)."""
-    from paczero.cli import list_recipes, recipes_root
+    from paczero.recipes import list_recipes, recipes_root
 
     shipped = list_recipes()
     found: dict[str, Path] = {}

@@ -18,20 +18,19 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from paczero.checkpoint import (MARKER, CheckpointError, atomic_json, clear_run_dir, load_latest_checkpoint,
+from paczero.build import Setup, build_together, evaluate, load_trainable, step_batches, trainable_state
+from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, load_latest_checkpoint,
                                 prepare_run_dir, save_checkpoint)
-from paczero.config import ConfigError, TrainConfig
+from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
 from paczero.journal import Journal, read_jsonl, recorded_data, resume_point
+from paczero.stop import StopRequest
 from paczero.statement import model_card, privacy_statement_text, secret_source
 
 #: config fields that a resumed run must share with the original (privacy and data identity)
@@ -53,14 +52,6 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
     return (cfg.lr - lr_end) * (1.0 - frac) + lr_end if cfg.lr > lr_end else cfg.lr
 
 
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available")
-    return device
-
-
 def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Generator,
                    design: np.ndarray | None = None):
     """The configured mechanism; the candidate design and the secret come from the private generator.
@@ -71,7 +62,7 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
     from paczero.subsets import balanced_design
 
     name = cfg.mechanism
-    if name in ("dpzero", "dp-aggzo"):
+    if name in DP_MECHANISMS:
         from paczero.mechanisms.dp import DPAggZO, DPZero
 
         if name == "dpzero":  # normalised by q * n_train: under add-or-remove adjacency the true N is private
@@ -94,153 +85,6 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
     return build_mechanism(name, num_subsets=cfg.num_subsets, design=design, seed=private_rng)
 
 
-@dataclass
-class Setup:
-    """Everything a run needs, built once (also used by eval and audit)."""
-    cfg: TrainConfig
-    device: str
-    model: torch.nn.Module
-    tokenizer: Any
-    task: Any
-    train: list
-    dev: list
-    test: list
-    universe: list
-    dev_enc: list
-    test_enc: list
-
-
-def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, list, list] | None = None) -> Setup:
-    """Load data (first: cheap failures come before the model loads), then the model. ``examples``:
-    (train, dev, test) given instead of the config's data (``paczero eval --data`` leaves train empty)."""
-    from paczero.models import check_model_source, load_model, load_tokenizer
-    from paczero.tasks import build_task, load_splits
-
-    device = resolve_device(cfg.device)
-    check_model_source(cfg.model)
-    if examples is not None:
-        train_ex, dev_ex, test_ex = examples
-    else:
-        train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
-                                                n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns)
-    if examples is None and len(train_ex) < 2:
-        raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
-    tokenizer = load_tokenizer(cfg.model)  # the prompts are built and checked (labels, template) before the model
-    task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,
-                      objective=cfg.objective, max_new_tokens=cfg.max_new_tokens)
-    encoded = [task.encode(train_ex), task.encode(dev_ex), task.encode(test_ex)]
-    model = None
-    if with_model:
-        model = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
-                           lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
-                           device_map=cfg.device_map, tokenizer=tokenizer).model
-        if cfg.device_map:  # inputs go where the embeddings live
-            device = str(model.get_input_embeddings().weight.device)
-    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded)
-
-
-def data_fingerprint(setup: Setup) -> str:
-    """sha256 of the examples of the three splits (public: it identifies the data, not S*)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for split in (setup.train, setup.dev, setup.test):
-        h.update(json.dumps(split, sort_keys=True, default=str).encode())
-        h.update(b"|")
-    return h.hexdigest()
-
-
-def tokens_fingerprint(setup: Setup) -> str:
-    """sha256 of the tokenised universe: ranks whose tokenizers differ would score other sequences."""
-    import dataclasses
-    import hashlib
-
-    h = hashlib.sha256()
-    for enc in setup.universe:
-        for field in dataclasses.fields(enc):
-            value = getattr(enc, field.name)
-            h.update(value.tobytes() if isinstance(value, np.ndarray) else repr(value).encode())
-            h.update(b"|")
-    return h.hexdigest()
-
-
-def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None) -> tuple[Setup, str]:
-    """:func:`build` on every rank, and the data's fingerprint. The ranks stop together (``dp.agree``)
-    when one of them fails on bad input, when their examples or tokens differ, or when the data differ
-    from those of the run being resumed (``resumed_run``: its run.json, on rank 0)."""
-    setup, value, problem = None, None, None
-    try:
-        setup = build(cfg)
-        value = {"examples": data_fingerprint(setup), "tokens": tokens_fingerprint(setup)}
-        recorded = None if resumed_run is None else resumed_run.get("data_fingerprint")
-        if recorded is not None and recorded != value["examples"]:
-            raise ConfigError("cannot resume: the data (universe, dev or test examples) differ from the original run")
-    except ValueError as e:
-        problem = e
-    dp.agree("data", value, problem)
-    return setup, value["examples"]
-
-
-def step_batches(task, universe: list, full_batches: list, idx, token_budget: int) -> tuple[list, int]:
-    """The micro-batches a step scores and their row count: the prebuilt ones for the whole
-    universe (``idx is None``), else those of the mechanism's subsample (possibly empty)."""
-    if idx is None:
-        return full_batches, len(universe)
-    subset = [universe[i] for i in idx]
-    batches = task.make_batches(subset, token_budget=token_budget) if subset else []
-    return batches, len(subset)
-
-
-def evaluate(setup: Setup, enc: list) -> dict[str, float]:
-    with torch.inference_mode():
-        return {k: float(v) for k, v in setup.task.evaluate(setup.model, enc, token_budget=setup.cfg.token_budget).items()}
-
-
-def trainable_state(params) -> dict[str, torch.Tensor]:
-    return {name: p.detach().clone() for name, p in params}
-
-
-def load_trainable(params, weights: dict[str, torch.Tensor]) -> None:
-    missing = [n for n, _ in params if n not in weights]
-    if missing:
-        raise CheckpointError(f"checkpoint lacks trainable weight {missing[0]!r} (different model or track?)")
-    with torch.no_grad():
-        for name, p in params:
-            p.data.copy_(weights[name].to(device=p.device, dtype=p.dtype))
-
-
-class _Stop:
-    """SIGTERM / Ctrl-C: finish the current step, checkpoint, exit cleanly; a second one stops at once.
-    SIGUSR2, SLURM's warning of the time limit or of a preemption, asks for the same clean stop but never
-    stops at once: the SIGTERM that SLURM sends at the time limit must not cut the checkpoint short."""
-
-    def __init__(self):
-        self.requested = False
-        self._interrupts = 0
-        self._old = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGUSR2", None)):
-            if sig is None:
-                continue
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not in the main thread
-                pass
-        return self
-
-    def _handle(self, signum, frame):
-        self.requested = True
-        if signum != getattr(signal, "SIGUSR2", None):
-            self._interrupts += 1
-            if self._interrupts > 1:  # second SIGTERM / Ctrl-C: stop now
-                raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
 def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
     from paczero.distributed import init_from_env, stop_ranks
@@ -251,34 +95,34 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
         stop_ranks(e, config.device)
     if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
         cfg = cfg.replace(data=_resolved(cfg.data))
-    dp = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
+    ranks = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     lock = None
     try:
-        run_dir, lock = _claim_run_dir(cfg, dp)
-        if not dp.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
-            from paczero.distributed import follow
-            return follow(cfg, dp)
-        return _train(cfg, dp, run_dir, log)
+        run_dir, lock = _claim_run_dir(cfg, ranks)
+        if not ranks.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
+            from paczero.distributed import run_follower
+            return run_follower(cfg, ranks)
+        return _train(cfg, ranks, run_dir, log)
     finally:
         if lock is not None:
             lock.release()
-        dp.close()  # leave the process group this call joined: a process exiting in it may abort
+        ranks.close()  # leave the process group this call joined: a process exiting in it may abort
 
 
 def _resolved(path: str) -> str:
     return str(Path(path).expanduser().resolve())
 
 
-def _claim_run_dir(cfg: TrainConfig, dp):
+def _claim_run_dir(cfg: TrainConfig, ranks):
     """Rank 0's output folder, checked and locked (``(None, None)`` on the other ranks). The cheap checks
-    come first; under torchrun every rank learns of any rank's bad input (``dp.agree``)."""
+    come first; under torchrun every rank learns of any rank's bad input (``ranks.agree``)."""
     from paczero.distributed import shared_settings
     from paczero.models import check_model_source
 
     problem, run_dir, lock = None, None, None
     try:
         check_model_source(cfg.model)
-        if dp.is_main:
+        if ranks.is_main:
             local_model = Path(cfg.model).expanduser()
             run_dir, lock = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume,
                                             reads={"data file": cfg.data if cfg.data != "demo" else None,
@@ -295,7 +139,7 @@ def _claim_run_dir(cfg: TrainConfig, dp):
     except ValueError as e:
         problem = e
     try:
-        dp.agree("settings", shared_settings(cfg), problem)
+        ranks.agree("settings", shared_settings(cfg), problem)
     except BaseException:
         if lock is not None:
             lock.release()
@@ -303,13 +147,13 @@ def _claim_run_dir(cfg: TrainConfig, dp):
     return run_dir, lock
 
 
-def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
+def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
     from paczero.models import compile_body, trainable_parameters
     from paczero.subsets import private_generator
-    from paczero.zo import Perturber, stability_clip
+    from paczero.zo import Perturber, zo_step
 
     t_setup = time.time()
-    setup, fingerprint = build_together(cfg, dp, recorded_data(run_dir) if cfg.resume else None)
+    setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None)
     model, task, device = setup.model, setup.task, setup.device
     n = len(setup.universe)
     params = trainable_parameters(model, cfg.track)
@@ -320,7 +164,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
     try:
         point = resume_point(run_dir, found[0] if found else None) if cfg.resume else None
     except ValueError as e:
-        dp.agree("directions", perturber.directions, e)  # every rank stops with this line
+        ranks.agree("directions", perturber.directions, e)  # every rank stops with this line
         raise
     if point is not None and point.mechanism is not None:
         saved_design = point.mechanism.get("design")
@@ -343,7 +187,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
             problem = ConfigError(
                 f"cannot resume: steps {weights_step + 1}..{start} must be replayed along the original run's directions "
                 f"({was}), and this process draws z from {perturber.directions}")
-            dp.agree("directions", perturber.directions, problem)  # every rank stops with this line
+            ranks.agree("directions", perturber.directions, problem)  # every rank stops with this line
         _complete_log(log_path, point)
         best = _best_from_evals(eval_path, start)
         log(f"resuming from step {start}" + (f" (weights of step {weights_step}, {start - weights_step} logged "
@@ -402,23 +246,33 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
             after_step(rec["step"] + 1, recorded)
         checkpoint(start)
 
-    dp.agree("directions", perturber.directions)
-    dp.sync_weights(params)
+    ranks.agree("directions", perturber.directions)
+    ranks.sync_weights(params)
+
+    def loss_fn(batch):
+        return task.losses(model, batch)
+
     bar = _progress(cfg, start)
     stopped = False
-    with _Stop() as stop, open(log_path, "a") as log_file:
+    with StopRequest() as stop, open(log_path, "a") as log_file:
         for step in range(start, cfg.steps):
             t0 = time.time()
-            idx = mechanism.batch_indices(n)
-            dp.announce(step, idx)
+            idx = mechanism.batch_indices(n)  # PAC: None, the whole universe; DP: a private Poisson sample
+            ranks.announce(step, idx)
             batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
-            g, train_loss = dp.two_point_scalars(perturber, step, cfg.num_directions, cfg.mu, batches,
-                                                 lambda b: task.losses(model, b), rows, device, stop=stop.requested)
-            stop.requested = stop.requested or dp.stop_requested  # another rank's SIGTERM ends the run too
-            releases = mechanism.step(stability_clip(g, cfg.clip))
-            lr = lr_at(cfg, step)
-            dp.publish([r.coef for r in releases], lr)
-            perturber.apply_update(step, [r.coef for r in releases], lr, cfg.weight_decay)
+            releases: list = []
+
+            def release(clipped, step=step):  # the mechanism's release of this step, published to the other ranks
+                releases.extend(mechanism.step(clipped))
+                coefs, lr = [r.coef for r in releases], lr_at(cfg, step)
+                ranks.publish(coefs, lr)
+                return coefs, lr
+
+            result = zo_step(step, batches, rows, perturber=perturber, ranks=ranks, loss_fn=loss_fn,
+                             num_directions=cfg.num_directions, mu=cfg.mu, clip=cfg.clip,
+                             weight_decay=cfg.weight_decay, device=device, release=release, stop=stop.requested)
+            stop.requested = stop.requested or ranks.stop_requested  # another rank's SIGTERM ends the run too
+            lr, train_loss = result.lr, result.train_loss
             dt = time.time() - t0
             cum_time += dt
             seconds = dt
@@ -444,7 +298,7 @@ def _train(cfg: TrainConfig, dp, run_dir: Path, log) -> dict[str, Any]:
                 stopped = True
                 log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
                 break
-    dp.stop()
+    ranks.stop()
     bar.close()
     journal.close()
     if stopped:
@@ -586,7 +440,7 @@ def _step_record(step, releases, mechanism, lr, train_loss, seconds, rows) -> di
 def _private_batches(cfg: TrainConfig) -> bool:
     """The DP baselines score a Poisson sample of the universe: its size is private, and so are the train loss
     over it and every time that grows with it (per step, in total, a progress bar's rate)."""
-    return cfg.mechanism in ("dpzero", "dp-aggzo")
+    return cfg.mechanism in DP_MECHANISMS
 
 
 def _claims_privacy(mechanism) -> bool:

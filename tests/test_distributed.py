@@ -42,15 +42,17 @@ def _config(out_dir: str) -> TrainConfig:
     return TrainConfig(**_SETTINGS, out_dir=out_dir)
 
 
-def _rank(rank: int, world: int, port: int, out_dir: str, torch_directions_rank: int = -1) -> None:
+def _rank(rank: int, world: int, port: int, out_dir: str, other_directions_rank: int = -1) -> None:
     import torch.distributed as tdist
 
     import paczero.subsets
     import paczero.train
 
     torch.set_num_threads(1)
-    if rank == torch_directions_rank:  # this rank's z from torch's generator, the others' from the kernel
-        os.environ["PACZERO_TORCH_DIRECTIONS"] = "1"
+    if rank == other_directions_rank:  # this rank's z from another generator (on CUDA: torch's instead of Triton's)
+        import paczero.zo.perturb
+
+        paczero.zo.perturb.source_name = lambda device, fused: "another generator (cpu)"
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     tdist.init_process_group("gloo", rank=rank, world_size=world)
     if rank:  # the other ranks must never build a mechanism nor draw a secret
@@ -100,14 +102,14 @@ def test_two_processes_match_one(single, tmp_path):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     assert [json.loads(x) for x in open(f"{single}/evals.jsonl")] == [json.loads(x) for x in open(f"{multi}/evals.jsonl")]
     assert not os.path.exists(os.path.join(multi, "rank1"))  # nothing but rank 0's files
-    from paczero.cpu_directions import KERNEL_SOURCE
-    assert json.load(open(f"{multi}/run.json"))["directions"] == KERNEL_SOURCE
+    assert json.load(open(f"{multi}/run.json"))["directions"] == "torch generator per chunk (cpu)"
 
 
 @pytest.mark.slow
 def test_ranks_that_would_draw_other_directions_refuse_to_start(tmp_path):
-    """A rank whose z comes from another generator (say its C compiler failed) stops every rank before the
-    first step, naming the difference; negative control: the same launch with agreeing ranks trains."""
+    """A rank whose z comes from another generator (on CUDA, say Triton is missing there) stops every rank
+    before the first step, naming the difference; negative control: the same launch with agreeing ranks
+    trains."""
 
     with pytest.raises(Exception, match="disagree on directions"):
         mp.start_processes(_rank, args=(2, free_port(), str(tmp_path / "a"), 1), nprocs=2, start_method="spawn",
@@ -332,15 +334,36 @@ def test_two_processes_resume_a_run_as_one_would(single, tmp_path):
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
+#: every mechanism with a private state, as config keys over _SETTINGS
+MECHANISMS = {
+    "pac-mi": {},
+    "pac-zpl": {"mechanism": "pac-zpl", "mi_budget": None},
+    "hybrid": {"mechanism": "hybrid", "switch_step": 2},
+    "dpzero": {"mechanism": "dpzero", "mi_budget": None, "epsilon": 2.0, "sample_rate": 0.5},
+    "dp-aggzo": {"mechanism": "dp-aggzo", "mi_budget": None, "epsilon": 2.0, "sample_rate": 0.5, "num_directions": 2},
+}
+
+
 @pytest.mark.slow
-def test_two_processes_killed_after_a_logged_step_resume_without_executing_it_again(single, tmp_path):
+@pytest.mark.parametrize("mechanism", sorted(MECHANISMS))
+def test_two_processes_killed_after_a_logged_step_resume_without_executing_it_again(mechanism, tmp_path):
     """Both ranks SIGKILLed once step 3 is logged (rank 0 is killed; rank 1 loses it): the log holds 3
     steps, the newest checkpoint is step 2. The resume under two ranks replays step 3's published update
     on rank 0 and sends the weights to rank 1; every record logged before the kill is unchanged and the
     finished run is the uninterrupted single process's, bit for bit. Red if a resume executes logged
-    steps again from the checkpoint's private state (the noise of step 3 would be drawn twice)."""
+    steps again from the checkpoint's private state (the private draws of step 3 would be used twice)."""
+    from paczero.train import train
+
+    settings = {**_SETTINGS, **MECHANISMS[mechanism]}
+    single = tmp_path / "single"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(TrainConfig(**settings, out_dir=str(single)), log=lambda *a: None)
+    finally:
+        torch.set_num_threads(threads)
     run = tmp_path / "run"
-    config = _config(str(run)).to_dict()
+    config = TrainConfig(**settings, out_dir=str(run)).to_dict()
     with pytest.raises(Exception):
         mp.start_processes(_rank_with, args=(2, free_port(), [config, config], -1, (-1, -1), 2), nprocs=2,
                            start_method="spawn", join=True)

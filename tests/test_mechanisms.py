@@ -341,3 +341,14 @@ def test_errors_never_reveal_the_secret():
         with pytest.raises(ValueError) as err:
             mech.release(bad)
         assert "37" not in str(err.value)
+
+
+def test_the_mechanism_registry_is_one_list():
+    """config's names and families are the classes the mechanisms package builds. Red when a mechanism is
+    added to one and not the other."""
+    from paczero import config
+    from paczero.mechanisms import MECHANISMS as CLASSES
+
+    assert set(config.MECHANISMS) == set(CLASSES)
+    assert set(config.PAC_PRIVATE) | set(config.DP_MECHANISMS) <= set(config.MECHANISMS)
+    assert set(config.MI_BUDGETED) <= set(config.PAC_PRIVATE) <= set(config.PAC_MECHANISMS)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from paczero.cli import list_recipes, resolve_recipe
+from paczero.recipes import list_recipes, resolve_recipe
 from paczero.config import TrainConfig, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]

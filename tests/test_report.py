@@ -169,7 +169,7 @@ def test_runs_of_one_recipe_with_other_settings_are_not_pooled(tmp_path):
     the recipe's settings carries the paper's figure without a note."""
     import yaml
 
-    from paczero.cli import resolve_recipe
+    from paczero.recipes import resolve_recipe
     from paczero.config import load_yaml
 
     name = "headline/sst2-opt1.3b-ft-zpl"

@@ -263,7 +263,7 @@ def test_cli_train_and_eval(tmp_path, capsys):
     p = json.loads(capsys.readouterr().out)
     assert abs(p["mia_bound"] - 0.84) < 0.01
     # the run's weights on a file of its own: every example of it, with its own column names
-    from paczero.train import build
+    from paczero.build import build
     from paczero.config import TrainConfig as Config
 
     test_rows = build(Config.from_dict({**json.loads((out / "run.json").read_text())["config"]}),
@@ -320,7 +320,7 @@ def test_offloaded_trained_weights_are_refused(monkeypatch):
     accelerate.cpu_offload(lm.model, execution_device="cpu")
     with pytest.raises(ValueError, match="offloaded .* trained tensors"):
         scalars()
-    monkeypatch.setattr(zo, "refuse_offloaded", lambda params: None)  # control: without it, a deep traceback
+    monkeypatch.setattr(zo.perturb, "refuse_offloaded", lambda params: None)  # control: without it, a deep traceback
     with pytest.raises(RuntimeError):
         scalars()
 

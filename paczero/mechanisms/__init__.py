@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from .base import BRANCHES, Mechanism, Release
-from .pac import Hybrid, PacMI, PacZPL
+from .hybrid import Hybrid
+from .pac import PacMI, PacZPL
 from .reference import MeZO, QuantFull, QuantHalf, RandomSign, RawFull, RawHalf
 
 from .dp import DPAggZO, DPZero

@@ -1,0 +1,108 @@
+"""Reports: Markdown and CSV tables in the paper's layouts, privacy statements and PNG plots.
+
+    paczero report runs/            # writes runs/report/{report.md, runs.csv, cells.csv, plots/*.png}
+
+Every folder under RUNS_DIR holding a ``summary.json`` is a run. Runs are grouped
+into cells by the recipe ``paczero sweep`` recorded beside them (``seed<k>.yaml``),
+else by their folder: ``RUNS_DIR/<recipe>/seed<k>/`` belongs to cell ``<recipe>``.
+Runs of one recipe whose settings differ (other than :data:`EXECUTION_KEYS`: seed,
+device, batching, ...) are separate cells, named with the differing keys; a cell
+whose settings differ from its shipped recipe says which, next to the paper's
+figure. A cell's numbers are the mean and sample standard deviation (ddof = 1, as
+in the paper) over its seeds, with n. Metrics are reported in percent (accuracy
+for SST-2, F1 for SQuAD).
+
+Tables follow the paper where the cell's table is known (the first component
+of a shipped recipe name): ``headline`` (track x method rows, task x model
+columns), ``plateau``/``plateau-lora`` (MI columns; dev, test and unanimity
+rows), ``dp-cliff`` (method rows, epsilon columns); every other cell appears in
+the per-cell table. The paper's published numbers
+(``paczero/recipes/paper_results.csv``) are shown next to ours and overlaid on
+the plots as a reference series.
+"""
+from __future__ import annotations
+
+import csv
+import re
+from collections import defaultdict
+from pathlib import Path
+
+from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row, experiment, find_runs, fmt_ms,
+                                  group_cells, load_paper_results, mean_std, read_log, run_row)
+from paczero.report.plots import plot_dp_cliff, plot_mi_plateau, plot_trajectory, plot_unanimity
+from paczero.report.tables import cell_table, dp_cliff_table, headline_table, plateau_table, privacy_table
+__all__ = ["write_report", "find_runs", "group_cells", "experiment", "read_log", "mean_std", "fmt_ms",
+           "Run", "Cell", "RUN_COLUMNS", "CELL_COLUMNS"]
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, columns, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else (f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]))
+                        for k in columns})
+
+
+def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_overlay: bool = True,
+                 trajectories: str = "first-seed") -> Path:
+    """Write report.md, runs.csv, cells.csv and plots/*.png for every run under ``runs_dir``; return the folder.
+
+    ``trajectories``: ``"first-seed"`` (one trajectory plot per cell) or ``"none"``.
+    """
+    root = Path(runs_dir).expanduser()
+    out_dir = Path(out).expanduser() if out else root / "report"
+    runs = find_runs(root, exclude=out_dir)
+    if not runs:
+        raise ValueError(f"no runs (summary.json) under {str(runs_dir)!r}")
+    paper_rows = load_paper_results() if paper_overlay else []
+    cells = group_cells(runs, paper_rows)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_csv(out_dir / "runs.csv", RUN_COLUMNS, [run_row(r) for r in runs])
+    _write_csv(out_dir / "cells.csv", CELL_COLUMNS, [cell_row(c) for c in cells])
+
+    plots_dir = out_dir / "plots"
+    plots = {
+        "Accuracy vs MI budget": plot_mi_plateau(cells, paper_rows, plots_dir / "mi_plateau.png", paper_overlay),
+        "DP cliff": plot_dp_cliff(cells, paper_rows, plots_dir / "dp_cliff.png", paper_overlay),
+        "Unanimity rate per cell": plot_unanimity(cells, plots_dir / "unanimity.png", paper_overlay),
+    }
+    if trajectories == "first-seed":
+        for c in cells:
+            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", c.name) + f"_seed{c.runs[0].cfg.get('seed')}.png"
+            plots[f"Trajectory: {c.name}"] = plot_trajectory(c.runs[0], plots_dir / "trajectories" / name)
+
+    by_table: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells:
+        by_table[c.table].append(c)
+    md = [f"# paczero report: {root}", "",
+          f"{len(runs)} runs in {len(cells)} cells. Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test "
+          "split, at the dev-selected weights; mean ± sample std (ddof = 1) over seeds, with n."
+          + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
+             "differ from the recipe's in the keys named, so it is a reference for another experiment)."
+             if paper_overlay else "")
+          + " Runs of one recipe with other settings are separate cells, named with the keys that differ.", ""]
+    layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
+               "dp-cliff": dp_cliff_table}
+    for table in sorted(by_table):
+        layout = layouts.get(table)
+        if layout and any(c.name != c.runs[0].cell for c in by_table[table]):
+            layout = None  # cells of one recipe with other settings would share a place in the paper's grid
+            md += [f"## {table}", "", "Runs of one recipe with other settings: one row per setting.", ""]
+        else:
+            md += [f"## {table}", ""]
+        md += [(layout or cell_table)(by_table[table], paper_overlay), ""]
+        if layout:
+            md += [cell_table(by_table[table], paper_overlay), ""]
+    md += ["## Privacy statement per run", "",
+           "PAC runs: the guarantee, I(S*; transcript) ≤ the MI budget (0 for PAC-ZPL), its bound on the informed "
+           "adversary's MIA success (prior 0.5) and the DP ε with the same MIA bound (a reference point only; PAC "
+           "Privacy is not DP); then the run's realised spend, the sum of its per-release MI charges: one run's value, "
+           "not a bound (the guarantee bounds its expectation). DP runs: (ε, δ) by the RDP and PLD accountants; "
+           "the MIA bound is the target (ε, δ)'s.", "", privacy_table(runs), ""]
+    md += ["## Plots", ""]
+    for title, p in plots.items():
+        if p is not None:
+            md.append(f"- {title}: [{p.relative_to(out_dir)}]({p.relative_to(out_dir)})")
+    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+    return out_dir

@@ -1,0 +1,155 @@
+"""A report's PNG plots: accuracy against the MI budget, the DP cliff, unanimity, one run's trajectory."""
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from paczero.config import DP_MECHANISMS
+from paczero.report.cells import Cell, Run, _task_label, mean_std, model_label, read_log
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _pyplot().close(fig)
+    return path
+
+
+def plot_mi_plateau(cells: list[Cell], paper_rows: list[dict], path: Path, overlay: bool) -> Path | None:
+    """Test accuracy vs MI budget (log x): one series per table (or model/track) of PAC-MI cells."""
+    series: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells:
+        if c.cfg["mechanism"] == "pac-mi" and c.cfg.get("num_directions", 1) == 1:
+            key = c.table if c.table.startswith("plateau") else \
+                f"{_task_label(c.cfg['task'])} {model_label(c.cfg['model'])} {c.cfg['track']}"
+            series[key].append(c)
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for key, cs in sorted(series.items()):
+        cs = sorted(cs, key=lambda c: c.cfg["mi_budget"])
+        stats = [c.stat("test") for c in cs]
+        ax.errorbar([c.cfg["mi_budget"] for c in cs], [s[0] for s in stats], yerr=[s[1] or 0.0 for s in stats],
+                    marker="o", capsize=3, label=f"{key} (ours)")
+    if overlay:
+        for table, name in (("plateau", "paper: plateau FT 1.3B"), ("plateau-lora", "paper: plateau LoRA 1.3B")):
+            pts = sorted((float(r["mi_budget"]), float(r["reported_test"])) for r in paper_rows if r["table"] == table)
+            if pts and table in series:
+                ax.plot(*zip(*pts), "--", marker="x", alpha=0.7, label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("MI budget (nats, log scale)")
+    ax.set_ylabel("test %")
+    ax.set_title("Accuracy vs MI budget (PAC-MI)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay: bool) -> Path | None:
+    """Test accuracy vs epsilon for DP cells, with the PAC-ZPL level (MI = 0) as a horizontal line."""
+    dp = [c for c in cells if c.cfg["mechanism"] in DP_MECHANISMS]
+    if not dp:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    series: dict[tuple, list[Cell]] = defaultdict(list)
+    for c in dp:
+        series[(c.cfg["mechanism"], c.cfg.get("num_directions", 1), c.cfg["steps"])].append(c)
+    for (mech, k, steps), cs in sorted(series.items()):
+        cs = sorted(cs, key=lambda c: c.cfg["epsilon"])
+        stats = [c.stat("test") for c in cs]
+        name = "DPZero" if mech == "dpzero" else "DP-AggZO"
+        ax.errorbar([c.cfg["epsilon"] for c in cs], [s[0] for s in stats], yerr=[s[1] or 0.0 for s in stats],
+                    marker="o", capsize=3, label=f"{name} K={k} T={steps} (ours)")
+    ref = dp[0].cfg
+    zpl = [c for c in cells if c.cfg["mechanism"] == "pac-zpl" and c.cfg["task"] == ref["task"]
+           and c.cfg["model"] == ref["model"] and c.cfg["track"] == ref["track"]]
+    if zpl:
+        m, s, n = mean_std(r.metric("test") for c in zpl for r in c.runs)
+        ax.axhline(m, color="k", label=f"PAC-ZPL, MI = 0 (ours, n={n})")
+        if s:
+            ax.axhspan(m - s, m + s, color="k", alpha=0.1)
+    if overlay:
+        for mech, k, steps in sorted({(r["mechanism"], r["num_directions"], r["steps"]) for r in paper_rows
+                                       if r["table"] == "dp-cliff"}):
+            pts = sorted((float(r["epsilon"]), float(r["reported_test"])) for r in paper_rows
+                         if r["table"] == "dp-cliff" and (r["mechanism"], r["num_directions"], r["steps"]) == (mech, k, steps))
+            if len(pts) > 1:
+                ax.plot(*zip(*pts), "--", marker="x", alpha=0.6,
+                        label=f"paper: {'DPZero' if mech == 'dpzero' else 'DP-AggZO'} K={k}")
+        zp = [r for r in paper_rows if r["recipe"] == f"headline/{ref['task']}-opt{model_label(ref['model']).lower()}-"
+              f"{ref['track']}-zpl"]
+        if zp:
+            ax.axhline(float(zp[0]["reported_test"]), color="k", ls="--", alpha=0.6, label="paper: PAC-ZPL, MI = 0")
+    ax.set_xscale("log")
+    ax.set_xlabel("DP ε (δ = 1e-5, log scale)")
+    ax.set_ylabel("test %")
+    ax.set_title("The DP-ZO cliff vs PAC-ZPL at MI = 0")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_trajectory(run: Run, path: Path) -> Path | None:
+    """Cumulative MI charged (realised), zero-cost-step fraction and running unanimity fraction vs step (log.jsonl)."""
+    log = read_log(run.run_dir)
+    if not log:
+        return None
+    steps = [r["step"] + 1 for r in log]
+    unanimous, frac = 0, []
+    for i, r in enumerate(log, 1):
+        branches = r.get("branch") if isinstance(r.get("branch"), list) else [r.get("branch")]
+        unanimous += all(b == "unanimous" for b in branches)
+        frac.append(unanimous / i)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ax.plot(steps, [r.get("cum_mi", 0.0) for r in log], color="tab:red", label="cumulative MI charged, this run (nats)")
+    if run.cfg.get("mi_budget"):
+        ax.axhline(run.cfg["mi_budget"], color="tab:red", ls=":", alpha=0.6, label="MI budget (the guarantee)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cumulative MI charged (nats)", color="tab:red")
+    ax2 = ax.twinx()
+    ax2.plot(steps, [r.get("free_frac", 0.0) for r in log], color="tab:blue", label="zero-MI step fraction")
+    ax2.plot(steps, frac, color="tab:green", ls="--", label="unanimity fraction")
+    ax2.set_ylim(0, 1.02)
+    ax2.set_ylabel("fraction of steps")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center right")
+    ax.set_title(f"{run.cell} seed {run.cfg.get('seed')}", fontsize=9)
+    return _save(fig, path)
+
+
+def plot_unanimity(cells: list[Cell], path: Path, overlay: bool) -> Path | None:
+    """Unanimity rate per PAC cell (mean ± std over seeds), with the paper's f % where published."""
+    pac = [c for c in cells if c.stat("unanimity")[0] is not None and c.cfg["mechanism"] not in DP_MECHANISMS]
+    if not pac:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(pac) + 2), 4.5))
+    xs = list(range(len(pac)))
+    stats = [c.stat("unanimity") for c in pac]
+    ax.bar(xs, [s[0] for s in stats], yerr=[s[1] or 0.0 for s in stats], capsize=2, label="ours")
+    if overlay:
+        pts = [(x, float(c.paper["free_frac"])) for x, c in zip(xs, pac) if c.paper and c.paper.get("free_frac")]
+        if pts:
+            ax.scatter(*zip(*pts), color="k", marker="x", zorder=3, label="paper f %")
+    ax.set_xticks(xs, [c.name for c in pac], rotation=75, ha="right", fontsize=6)
+    ax.set_ylabel("unanimity rate %")
+    ax.set_title("Unanimity rate per cell")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+# ---------------------------------------------------------------------------- writing

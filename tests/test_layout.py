@@ -1,0 +1,75 @@
+"""The package's shape: no import cycle between paczero's modules, and no module above ~500 lines.
+
+Read from the source with ``ast`` (every import, also those inside functions). Red when a module
+imports one that imports it back, directly or through others (the recipe registry in cli.py, read by
+sweep and report, was such a cycle), or when a file grows past the limit."""
+import ast
+import collections
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "paczero"
+MAX_LINES = 520
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in ROOT.rglob("*.py"):
+        parts = p.relative_to(ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+def _imports(name: str, path: Path, mods: dict[str, Path]) -> set[str]:
+    found = set()
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = package.split(".")
+                pkg = pkg[:len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([node.module] if node.module else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        for t in targets:
+            while t and t not in mods:
+                t = t.rsplit(".", 1)[0] if "." in t else ""
+            if t and t != name and not t.startswith(name + "."):
+                found.add(t)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    cycles, state = [], {}
+
+    def visit(n, stack):
+        state[n] = "open"
+        for m in sorted(graph[n]):
+            if n.startswith(m + "."):  # a module and its own package's __init__: Python's package import order
+                continue
+            if state.get(m) == "open":
+                cycles.append(stack[stack.index(m):] + [m])
+            elif m not in state:
+                visit(m, stack + [m])
+        state[n] = "done"
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [n])
+    return cycles
+
+
+def test_no_import_cycles():
+    mods = _modules()
+    graph = collections.defaultdict(set, {name: _imports(name, p, mods) for name, p in mods.items()})
+    assert _cycles(graph) == []
+    # control: the checker sees a cycle when there is one
+    assert _cycles(collections.defaultdict(set, {"a": {"b"}, "b": {"a"}})) == [["a", "b", "a"]]
+
+
+def test_no_module_above_the_line_limit():
+    sizes = {str(p.relative_to(ROOT.parent)): len(p.read_text().splitlines()) for p in ROOT.rglob("*.py")}
+    assert {k: v for k, v in sizes.items() if v > MAX_LINES} == {}
