@@ -10,6 +10,7 @@ import pytest
 from scipy.special import logsumexp
 
 from paczero.mechanisms import MECHANISMS, Hybrid, PacMI, PacZPL, build_mechanism
+from paczero.mechanisms.base import Release
 from paczero.mechanisms.pac import ENTROPY_CAP, UNANIMITY_TOL
 from paczero.privacy.binary_channel import CHARGE_MARGIN
 from paczero.privacy import binary_entropy, binary_mi, dp_epsilon_matching_mi, mia_bound
@@ -118,14 +119,37 @@ def test_pac_mi_zero_budget_is_zpl():
     assert after.release(np.array([1, -1, 1, 1])).branch == "coin"  # t > T
 
 
+def _zpl_transcript(cls, secret: int, signs: np.ndarray) -> list[int]:
+    mech = cls(6, secret=secret, seed=100)  # the same private stream for every secret value
+    return [mech.release(row).bit for row in signs]
+
+
 def test_zpl_coin_is_fair_and_independent_of_secret():
-    signs = np.array([1, -1, -1, 1, 1, -1])
-    for secret in range(6):
-        mech = PacZPL(6, secret=secret, seed=100 + secret)
-        bits = [mech.release(signs).bit for _ in range(2000)]
-        assert abs(np.mean(bits)) < 0.1
-        assert mech.mi_spent == 0.0 and mech.free_steps == 2000
-        np.testing.assert_array_equal(mech.posterior, np.full(6, 1 / 6))
+    """With the same private stream, every secret value gives the very same PAC-ZPL transcript (exact
+    independence of S*, not only equal means), the coins are fair and the posterior stays uniform.
+    Negative control: a mechanism that leaks s_{j*} on disagreement gives transcripts that differ
+    between secrets, and this check catches it."""
+    rng = np.random.default_rng(3)
+    signs = np.where(rng.random((2000, 6)) < 0.5, 1, -1).astype(np.int8)
+    signs[::7] = 1  # some unanimous steps
+    transcripts = [_zpl_transcript(PacZPL, secret, signs) for secret in range(6)]
+    assert all(t == transcripts[0] for t in transcripts)
+    disagree = np.abs(signs.sum(axis=1)) < 6
+    assert abs(np.mean(np.asarray(transcripts[0])[disagree])) < 0.1
+    mech = PacZPL(6, secret=2, seed=100)
+    for row in signs:
+        mech.release(row)
+    assert mech.mi_spent == 0.0 and mech.free_steps == 2000
+    np.testing.assert_array_equal(mech.posterior, np.full(6, 1 / 6))
+
+    class Leaky(PacZPL):  # the mutation: s_{j*} instead of the coin
+        def _release_one(self, row, beta):
+            rel = super()._release_one(row, beta)
+            return rel if rel.branch == "unanimous" else Release(bit=int(row[self._secret]), branch="coin",
+                                                                 coef=float(row[self._secret]))
+
+    leaky = [_zpl_transcript(Leaky, secret, signs) for secret in range(6)]
+    assert not all(t == leaky[0] for t in leaky)
 
 
 def test_k1_release_many_is_bit_identical_to_release():
