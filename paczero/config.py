@@ -108,7 +108,7 @@ class TrainConfig:
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
             raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
-        return cls(**values)
+        return cls(**{k: _as_number(cls, k, v) for k, v in values.items()})
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, overrides: dict[str, Any] | None = None) -> "TrainConfig":
@@ -220,6 +220,22 @@ class TrainConfig:
                  f"data {self.data!r} is not a file")
             need(os.access(p, os.R_OK), f"data file {self.data!r} is not readable")
         return self
+
+
+def _as_number(cls, key: str, value: Any) -> Any:
+    """A number written as text where the field holds a float: YAML 1.1 (PyYAML) reads ``5e-4`` and
+    ``1e-05`` as strings, as every Hugging Face config writes them. Other values are left to validate()."""
+    import typing
+
+    if not isinstance(value, str):
+        return value
+    hint = typing.get_type_hints(cls).get(key)
+    if float in (typing.get_args(hint) or (hint,)):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:

@@ -153,23 +153,9 @@ def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank:
             return scalars(perturber, step, *args, **kwargs)
         zo.two_point_scalars = signalled
     if rank == 0 and kill_after >= 0:
-        import signal
+        from killpoints import kill_after_logged_step
 
-        import paczero.train as tr
-        progress = tr._progress
-
-        def killing_progress(cfg, start):
-            bar, done = progress(cfg, start), [start]
-            update = bar.update
-
-            def counted(n=1):
-                update(n)
-                done[0] += n
-                if done[0] == kill_after + 1:
-                    os.kill(os.getpid(), signal.SIGKILL)
-            bar.update = counted
-            return bar
-        tr._progress = killing_progress
+        kill_after_logged_step(kill_after)
     tdist.init_process_group("gloo", rank=rank, world_size=world)
     err = io.StringIO()
     try:

@@ -59,18 +59,8 @@ elif mode in ("kill_mid_step", "term_mid_step", "slurm_mid_step"):   # lr_at run
         return _lr(cfg, step)
     tr.lr_at = lr_at
 elif mode == "kill_after_log":   # SIGKILL once step `at`'s record is in log.jsonl (and its checkpoint, if due)
-    _progress = tr._progress
-    def progress(cfg, start):
-        bar, done = _progress(cfg, start), [start]
-        _update = bar.update
-        def update(n=1):
-            _update(n)
-            done[0] += n
-            if done[0] == at + 1:
-                os.kill(os.getpid(), signal.SIGKILL)
-        bar.update = update
-        return bar
-    tr._progress = progress
+    from killpoints import kill_after_logged_step
+    kill_after_logged_step(at)
 elif mode == "kill_after_journal":   # SIGKILL once step `at` is journaled, before its record reaches log.jsonl
     import paczero.journal as jn
     _step = jn.Journal.step
@@ -148,7 +138,7 @@ def _spawn(tmp: Path, out: Path, mode: str = "", at: int = -1, resume: bool = Fa
     wrapper = tmp / "wrapper.py"
     wrapper.write_text(WRAPPER)
     env = {**os.environ, "FT_MODE": mode, "FT_AT": str(at), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, str(wrapper)] + _flags(out, **extra) + (["--resume"] if resume else [])
     return subprocess.Popen(args, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

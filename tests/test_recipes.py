@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +114,31 @@ def test_paper_results_data_file():
     assert float(by_recipe["plateau/sst2-opt1.3b-ft-mi0.11"]["reported_test"]) == 89.56
     bao = [r for r in rows if not r["recipe"]]
     assert len(bao) == 16 and {r["mechanism"] for r in bao} == {"dpzero", "dp-aggzo"}
+
+
+def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
+    """``paczero train --recipe R --print-config`` writes JSON whose numbers PyYAML (YAML 1.1) reads as
+    strings where they carry an exponent without a dot (``1e-05``, ``5e-06``); loaded back with --config it
+    must give the identical config, for every shipped recipe (every mechanism among them). Red if numbers in
+    text are not read as the float fields they fill."""
+    from paczero.cli import main
+    from paczero.config import MECHANISMS
+
+    seen = set()
+    for name in list_recipes():
+        assert main(["train", "--recipe", name, "--print-config"]) == 0
+        printed = capsys.readouterr().out
+        path = tmp_path / "printed.yaml"
+        path.write_text(printed)
+        assert main(["train", "--config", str(path), "--print-config"]) == 0
+        assert json.loads(capsys.readouterr().out) == json.loads(printed), name
+        seen.add(json.loads(printed)["mechanism"])
+    assert {"pac-zpl", "pac-mi", "dpzero", "dp-aggzo"} <= seen <= set(MECHANISMS)
+
+
+def test_a_config_with_numbers_in_exponent_notation_loads(tmp_path):
+    """A user's YAML as transformers/TRL write it (``lr: 5e-4``) gives floats, not strings."""
+    path = tmp_path / "my.yaml"
+    path.write_text("mechanism: dpzero\nepsilon: 2\ndelta: 1e-5\nsample_rate: 5e-1\nlr: 5e-4\nmu: 1e-3\n")
+    cfg = TrainConfig.from_dict(load_yaml(path)).validate()
+    assert (cfg.lr, cfg.mu, cfg.delta, cfg.sample_rate) == (5e-4, 1e-3, 1e-5, 0.5)

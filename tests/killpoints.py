@@ -1,0 +1,27 @@
+"""Kill points for the crash tests: patches that SIGKILL the training process at a chosen moment.
+
+Imported by the test wrappers (a training subprocess, a spawned data-parallel rank); the library has no
+test hook of its own."""
+import os
+import signal
+
+
+def kill_after_logged_step(at: int) -> None:
+    """SIGKILL this process once step ``at``'s record is in log.jsonl (and its checkpoint written, if due):
+    the progress bar's update follows both."""
+    import paczero.train as tr
+
+    progress = tr._progress
+
+    def killing_progress(cfg, start):
+        bar, done = progress(cfg, start), [start]
+        update = bar.update
+
+        def counted(n=1):
+            update(n)
+            done[0] += n
+            if done[0] == at + 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+        bar.update = counted
+        return bar
+    tr._progress = killing_progress
