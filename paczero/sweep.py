@@ -160,7 +160,7 @@ def _child_env(gpu: str | None) -> dict[str, str]:
 
 
 def _start(cmd: list[str], log_path: str, gpu: str | None = None) -> subprocess.Popen:
-    """The cell's process, in a session of its own: a Ctrl-C reaches it once, forwarded by the sweep."""
+    """The cell's process, detached from the terminal's process group: a Ctrl-C reaches it once, forwarded by the sweep."""
     with open(log_path, "a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
         log.flush()

@@ -119,8 +119,8 @@ def test_clear_errors(tmp_path):
     ("commas.csv", "sentence,label\na,1\nb, with a comma,0\n", "commas.csv line 3: more fields than the header's 2"),
 ])
 def test_a_malformed_file_is_one_error_naming_its_line_or_record(tmp_path, name, content, needle):
-    """Each was a traceback, a silent 'None' sentence or a truncated label before (the fourteenth
-    session's review); none echoes more of the user's text than a short label."""
+    """Each is one error line naming the line or record (not a traceback, a silent 'None' sentence or a
+    truncated label); none echoes more of the user's text than a short label."""
     path = tmp_path / name
     path.write_text(content)
     with pytest.raises(ValueError) as info:

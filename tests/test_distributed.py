@@ -267,8 +267,8 @@ def test_torchrun_across_two_nodes_matches_one_process(tmp_path):
 
 @pytest.mark.slow
 def test_bad_input_on_one_node_stops_every_node(tmp_path):
-    """Bad input on node 1's command line stops node 0 too, within seconds (before, node 0 waited for
-    the missing rank in init_process_group for two hours): one `paczero: error:` line per node and
+    """Bad input on node 1's command line stops node 0 too, within seconds (node 0 does not wait for
+    the missing rank in init_process_group until its two-hour timeout): one `paczero: error:` line per node and
     exit code 2 in every rank. So do command lines that differ in a setting of the computation."""
     out = str(tmp_path / "run")
     missing = [*_CLI, "--out-dir", out, "--data", str(tmp_path / "missing.jsonl")]

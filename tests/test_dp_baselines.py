@@ -318,8 +318,8 @@ def test_privacy_statement(make):
 
 
 def test_calibration_does_not_flood_the_console_with_dropped_renyi_orders(caplog):
-    """At q = 0.25 dp-accounting warns once per Renyi order it leaves out (about 70 lines per run,
-    fourteenth-session review); paczero drops only that message. The epsilon is unchanged by it."""
+    """At q = 0.25 dp-accounting warns once per Renyi order it leaves out (about 70 lines per run);
+    paczero drops only that message. The epsilon is unchanged by it."""
     import logging
 
     from absl import logging as absl_logging

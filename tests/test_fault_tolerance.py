@@ -186,7 +186,7 @@ def test_slurm_warning_then_time_limit_mid_step_checkpoints_and_resumes(referenc
     """SLURM warns of a job's time limit or preemption with SIGUSR2 (submitit asks for it) and sends
     SIGTERM at the limit. Both mid-step 4: the step finishes and is checkpointed (the SIGTERM does not
     count as a second Ctrl-C), exit code 130; the resume ends where the uninterrupted run does.
-    Before, SIGUSR2 killed the run without a checkpoint."""
+    Red if SIGUSR2 kills the run without a checkpoint."""
     out = tmp_path / "run"
     p = _spawn(tmp_path, out, "slurm_mid_step", 4)
     stdout, stderr = p.communicate(timeout=120)

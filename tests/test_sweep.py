@@ -116,9 +116,9 @@ def test_a_finished_cell_with_other_settings_is_skipped_with_a_word(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
-    """A SIGINT to the sweep process alone (a cell runs in a session of its own) goes on to the running
-    cell, which checkpoints after its step; the sweep waits for it, records 'stopped', takes no new
-    cell and exits 130. Before, the cell ran on, orphaned, and nothing was recorded."""
+    """A SIGINT to the sweep process alone (a cell runs detached from the terminal's process group) goes
+    on to the running cell, which checkpoints after its step; the sweep waits for it, records 'stopped',
+    takes no new cell and exits 130. Red if the cell runs on, orphaned, with nothing recorded."""
     import subprocess
     import sys
 

@@ -34,7 +34,7 @@ def _make_resident(model) -> None:
     resident only the pages it reads (of an embedding, the rows of the tokens it
     looks up), while full fine-tuning writes every row. Without this, RSS charged
     the untouched rows to training (≈ 90 MiB of SmolLM2's embedding at N = 1000;
-    docs/performance.md, fifth session).
+    docs/performance.md).
     """
     import torch
 
