@@ -181,7 +181,10 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
             weights_step, weights, public, private = found
             load_trainable(params, weights)
             zero_shot, cum_time = public.get("zero_shot"), public.get("seconds") or 0.0
-        mechanism.load_state_dict(point.mechanism if point.mechanism is not None else private["mechanism"])
+        if point.mechanism is not None:  # the state after the last journaled step
+            mechanism.load_state_dict(point.mechanism)
+        elif found is not None:  # a run without a journal: its checkpoint's state (nothing was logged after it)
+            mechanism.load_state_dict(private["mechanism"])
         start = point.steps_done
         if start > weights_step and was != perturber.directions:
             problem = ConfigError(

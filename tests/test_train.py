@@ -438,3 +438,18 @@ def test_a_model_card_names_a_hub_model_but_not_a_local_path(tmp_path):
         card = model_card({**summary, "config": {**summary["config"], "model": model}})
         assert (model in card) == named and ("base_model: facebook/opt-1.3b" in card) == named
         assert named or "a local model" in card
+
+
+def test_a_run_stopped_before_its_first_release_resumes_from_scratch(tmp_path):
+    """A crash after run.json was written but before the journal's first line (nothing released, no
+    checkpoint): --resume starts the run at step 0 instead of failing. Red if the resume reads a
+    checkpoint's mechanism state that does not exist."""
+    out = tmp_path / "run"
+    cfg = TrainConfig(**TINY, out_dir=str(out))
+    train(cfg, log=_quiet)
+    for name in ("journal.jsonl", "log.jsonl", "evals.jsonl", "summary.json"):
+        (out / name).unlink()
+    import shutil
+    shutil.rmtree(out / "checkpoints")
+    summary = train(cfg.replace(resume=True), log=_quiet)
+    assert summary["privacy"]["steps"] == TINY["steps"] and len(_records(out)) == TINY["steps"]
