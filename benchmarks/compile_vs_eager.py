@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
-from paczero.bench import BenchConfig, Harness
-from paczero.models import compile_body
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout, for `benchmarks`
+
+from benchmarks.step import BenchConfig, Harness  # noqa: E402
+from paczero.models import compile_body  # noqa: E402
 
 
 def main() -> None:

@@ -122,6 +122,17 @@ def init_from_env(device: str = "auto") -> "SingleProcess | DataParallel":
     return DataParallel(owner=True)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that no socket holds now: the ``MASTER_PORT`` of a process group whose
+    ranks are spawned on this machine without ``torchrun`` (``torch.multiprocessing``, as the tests
+    and the step benchmark's data-parallel timing do)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def stop_ranks(problem: Exception, device: str | None = None) -> None:
     """Raise ``problem``, bad input a rank found before training; under ``torchrun`` hand it to the
     other ranks first (they meet in :meth:`DataParallel.agree` and stop too). Without this the

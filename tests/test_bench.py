@@ -1,9 +1,11 @@
 """The benchmark runs end to end on a tiny model; the cached, sequential and lock-step perturbation paths agree."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
-from paczero.bench import BenchConfig, measure, table
+from benchmarks.step import BenchConfig, measure, table
 from paczero.models import load_model, trainable_parameters
 from paczero.tasks import build_task, load_splits
 from paczero.zo import Perturber, two_point_scalars
@@ -47,7 +49,7 @@ def test_cached_sequential_and_lockstep_paths_agree(track):
 def test_floor_and_step_use_the_inference_batching():
     """The floor is the task's inference batching (padding capped at 10 %), and the step scores the
     same micro-batches (full fine-tuning on CPU no longer fills them to the budget)."""
-    from paczero.bench import Harness
+    from benchmarks.step import Harness
 
     h = Harness(BenchConfig(model="tiny-opt", track="ft", n=64, token_budget=256))
     capped = h.task.make_batches(h.universe, token_budget=256, max_padding=0.1)
@@ -110,7 +112,7 @@ def test_arch_folders_never_overwrite(tmp_path):
 def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
     """``--memory-repeats K``: K fresh processes per phase, inference and train alternating; the ratio is
     that of the medians (the resident peak of the same code scatters between processes)."""
-    import paczero.bench as bench
+    import benchmarks.step as bench
     calls = []
     peaks = {"inference": iter([100, 130, 110]), "train": iter([150, 120, 400])}
 
@@ -127,7 +129,7 @@ def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
 
 def test_live_peak_bytes_is_what_is_held_at_once():
     """--live-memory's measure: the highest running sum of the profiler's allocations and frees."""
-    from paczero.bench import live_peak_bytes
+    from benchmarks.step import live_peak_bytes
 
     def in_turn():  # 10 MiB, freed; then 5 and 7 MiB together
         a = torch.empty(10 << 20, dtype=torch.uint8)
@@ -150,7 +152,7 @@ def test_live_memory_phase_sees_the_cached_direction():
     stays below that."""
     from dataclasses import asdict
 
-    from paczero.bench import _memory_child
+    from benchmarks.step import _memory_child
     cfg = BenchConfig(model="tiny-llama", track="ft", n=8, steps=1)
     train = _memory_child(asdict(cfg), "train", live=True)
     inference = _memory_child(asdict(cfg), "inference", live=True)
@@ -172,7 +174,7 @@ def test_bench_flags_that_do_not_combine_give_one_line_exit_2(argv, needle, caps
 
 
 def test_live_memory_ratio_is_reported_beside_the_resident_one(monkeypatch):
-    import paczero.bench as bench
+    import benchmarks.step as bench
     calls = []
 
     def fake(cfg, phase, live=False):
@@ -208,3 +210,48 @@ def test_scaling_figures_say_their_clock_and_base():
     assert res["scaling_clock"] == "cpu"
     assert res["n_scaling"] == pytest.approx(res["step_2n_s"] / res["scaling_base_s"])
     assert res["m_scaling"] == pytest.approx(res["step_2m_s"] / res["scaling_base_s"])
+
+
+def test_bench_is_the_checkouts_benchmark_and_outside_one_a_single_error_line(monkeypatch, tmp_path, capsys):
+    """``paczero bench`` runs benchmarks/step of the checkout beside the package (its options and errors);
+    installed without that folder (a wheel), every invocation is one line naming the cause, exit 2."""
+    import paczero.cli as cli
+
+    assert cli.benchmarks_folder() == Path(__file__).resolve().parents[1] / "benchmarks"
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--help"])
+    assert e.value.code == 0 and "--memory-repeats" in capsys.readouterr().out
+    assert cli.main(["bench", "--steps", "0"]) == 2  # the benchmark's own check of its arguments
+    assert "--steps must be >= 1" in capsys.readouterr().err
+
+    monkeypatch.setattr(cli, "benchmarks_folder", lambda: tmp_path / "benchmarks")
+    for argv in (["--steps", "0"], ["--help"], []):
+        assert cli.main(["bench", *argv]) == 2
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert captured.out == "" and len(err) == 1, captured
+        assert err[0].startswith("paczero: error: paczero bench runs the benchmarks of a source checkout: ")
+
+
+@pytest.mark.slow
+def test_bench_entry_points_run_from_another_folder(tmp_path):
+    """``paczero bench`` (with its memory phases, spawned processes that import the benchmark again) and
+    ``python benchmarks/bench_step.py`` run from a folder outside the checkout; building the command
+    line's parser loads neither torch nor benchmark code."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_step.py"
+    light = subprocess.run([sys.executable, "-c", "import sys; from paczero.cli import _build_parser; "
+                            "_build_parser().parse_args(['bench', '--model', 'x']); "
+                            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'benchmarks'}))"],
+                           cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert light.stdout.strip() == "[]"
+    args = ["--model", "tiny-llama", "--track", "lora", "--n", "8", "--steps", "1", "--no-scaling"]
+    for cmd in ([sys.executable, "-m", "paczero.cli", "bench", *args],
+                [sys.executable, str(script), *args, "--no-memory"]):
+        out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        row = [line for line in out.stdout.splitlines() if line.startswith("| tiny-llama")]
+        assert len(row) == 1
+        assert ("MiB)" in row[0]) == ("--no-memory" not in cmd)  # the memory phases' column

@@ -8,9 +8,8 @@ import torch
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
-from paczero.bench import free_port
 from paczero.config import TrainConfig
-from paczero.distributed import shard_batches, shard_plan
+from paczero.distributed import free_port, shard_batches, shard_plan
 
 
 class _B:
@@ -128,7 +127,6 @@ def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank:
     ``kill_after`` is in log.jsonl."""
     import contextlib
     import io
-    import sys
 
     import torch.distributed as tdist
 

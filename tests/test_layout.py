@@ -7,6 +7,8 @@ import ast
 import collections
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1] / "paczero"
 MAX_LINES = 520
 
@@ -73,3 +75,34 @@ def test_no_import_cycles():
 def test_no_module_above_the_line_limit():
     sizes = {str(p.relative_to(ROOT.parent)): len(p.read_text().splitlines()) for p in ROOT.rglob("*.py")}
     assert {k: v for k, v in sizes.items() if v > MAX_LINES} == {}
+
+
+def _benchmark_imports(source: str) -> list[str]:
+    """The imports of the checkout's ``benchmarks`` package in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = ([node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                 else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        found += [n for n in names if n == "benchmarks" or n.startswith("benchmarks.")]
+    return found
+
+
+def test_the_package_imports_no_benchmark_code():
+    """The benchmarks live in the checkout's benchmarks/, which a wheel does not hold: no module of paczero
+    imports them (``paczero bench`` loads them by path when it runs, in paczero/cli.py)."""
+    found = {str(p.relative_to(ROOT.parent)): _benchmark_imports(p.read_text()) for p in ROOT.rglob("*.py")}
+    assert {k: v for k, v in found.items() if v} == {}
+    # control: the checker sees such an import
+    assert sorted(_benchmark_imports("def f():\n    from benchmarks.step import run\nimport benchmarks")) == [
+        "benchmarks", "benchmarks.step"]
+
+
+def test_the_wheel_ships_paczero_and_not_the_benchmarks():
+    tomllib = pytest.importorskip("tomllib")
+    from setuptools import find_packages
+
+    config = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = find_packages(str(ROOT.parent), include=config["include"], exclude=config.get("exclude", ()))
+    assert "paczero" in shipped and "paczero.zo" in shipped
+    assert (ROOT.parent / "benchmarks" / "step" / "__init__.py").is_file()  # a package find_packages could take
+    assert not [p for p in shipped if p.split(".")[0] != "paczero"]

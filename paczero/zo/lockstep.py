@@ -8,6 +8,16 @@ as greenlets on the calling thread; each parks at every rerouted module, and
 when all have arrived the module's z is drawn *once* and the module is
 evaluated for every job at its own scale (:meth:`Lockstep._lockstep`). Each job
 keeps its own micro-batch shape, so its arithmetic, and result, are unchanged.
+
+Why the forward is rerouted rather than hooked: a forward hook runs after the
+module's own forward (it can replace the output, not skip the product with the
+stored weights), and ``torch.func.functional_call`` or a parametrization swaps
+in whole perturbed tensors, which is what the cached path does
+(:meth:`paczero.zo.perturb.Perturber.perturbed`) and what full fine-tuning of a
+large model cannot afford: rerouted, one module's perturbed tensor exists at
+a time (a Linear too big for that is evaluated a block of output rows at a
+time, an embedding perturbs only the rows it looks up), and the lock-step jobs can meet at the module to share one
+draw of z. The rerouting lasts one block and is undone on exit.
 """
 from __future__ import annotations
 

@@ -4,7 +4,10 @@ root, phase, trim = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 sys.path.insert(0, root)
 import paczero, paczero.zo as zo
 assert paczero.__file__.startswith(root)
-from paczero.bench import BenchConfig, _memory_child
+try:  # a tree with the step benchmark in benchmarks/step; the trees measured here had it in paczero.bench
+    from benchmarks.step import BenchConfig, _memory_child
+except ImportError:
+    from paczero.bench import BenchConfig, _memory_child
 if trim:
     libc = ctypes.CDLL("libc.so.6")
     ev = zo.Perturber.evaluate

@@ -1,9 +1,9 @@
 """Does a draw of z on a second thread hide behind a floor pass? (tiny-opt FT, N = 1000; torch's generator.)
 
-    python overlap.py    # from the repository root, with paczero importable
+    PYTHONPATH=. python benchmarks/results/2026-11-23-cpu-c/overlap.py    # from the repository root
 """
 import time, threading, statistics, torch
-from paczero.bench import BenchConfig, Harness
+from benchmarks.step import BenchConfig, Harness
 h = Harness(BenchConfig(model="tiny-opt", track="ft", n=1000))
 z = torch.empty(3_300_000)
 g = torch.Generator()

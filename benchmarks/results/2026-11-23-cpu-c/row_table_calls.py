@@ -1,9 +1,9 @@
 """The time of each lookup of the cached step's table of z's embedding rows, inside real steps (tiny-opt FT, N = 1000).
 
-    python row_table_calls.py    # from the repository root, with paczero importable
+    PYTHONPATH=. python benchmarks/results/2026-11-23-cpu-c/row_table_calls.py    # from the repository root
 """
 import time, statistics, torch
-from paczero.bench import BenchConfig, Harness
+from benchmarks.step import BenchConfig, Harness
 from paczero import zo, cpu_directions as cpu
 h = Harness(BenchConfig(model="tiny-opt", track="ft", n=1000))
 calls = []

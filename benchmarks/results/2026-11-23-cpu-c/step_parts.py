@@ -1,9 +1,10 @@
 """Where one cached FT step's time goes: Perturber methods timed inside the bench's loop body.
 
-    python step_parts.py [tiny-opt]    # from the repository root; medians of 15 steps, floor passes between
+    PYTHONPATH=. python benchmarks/results/2026-11-23-cpu-c/step_parts.py [tiny-opt]    # from the repository root;
+    medians of 15 steps, floor passes between
 """
 import time, statistics, sys, torch
-from paczero.bench import BenchConfig, Harness
+from benchmarks.step import BenchConfig, Harness
 from paczero import zo
 h = Harness(BenchConfig(model=sys.argv[1] if len(sys.argv) > 1 else "tiny-opt", track="ft", n=1000))
 acc = {}

@@ -7,7 +7,7 @@ having destroyed the process group (``destroy``) or not (``none``). Prints the e
 none {2: 111, -6: 9} ("terminate called without an active exception"). Hence DataParallel.close.
 """
 import os, sys, subprocess
-from paczero.bench import free_port
+from paczero.distributed import free_port
 # plain subprocesses (no mp error handling): count exit codes
 mode, n = sys.argv[1], int(sys.argv[2])
 code = r'''

@@ -1,7 +1,8 @@
 """Speed and memory of a zeroth-order step against the inference floor, measured in one run.
 
 The physical floor of a PACZero step is two inference passes over the N
-examples of the universe. ``paczero bench`` measures, for one model, task,
+examples of the universe. This benchmark (``paczero bench`` in a source checkout, or
+``python benchmarks/bench_step.py``; the same arguments) measures, for one model, task,
 track, N, dtype and device, in the same process:
 
 (a) ``floor_s``: one inference pass computing the per-sample losses of all N
@@ -54,12 +55,12 @@ import sys
 import time
 from dataclasses import asdict, replace
 
-from paczero.bench.harness import BenchConfig, Harness, _median
-from paczero.bench.memory import _memory_child, live_peak_bytes, memory_phase
-from paczero.bench.ranks import dp_step_time, free_port
+from benchmarks.step.harness import BenchConfig, Harness, _median
+from benchmarks.step.memory import _memory_child, live_peak_bytes, memory_phase
+from benchmarks.step.ranks import dp_step_time
 
 __all__ = ["BenchConfig", "Harness", "measure", "memory_phase", "live_peak_bytes", "_memory_child", "dp_step_time",
-           "free_port", "table", "add_arguments", "run", "main"]
+           "table", "add_arguments", "run", "main"]
 
 
 def measure(cfg: BenchConfig, log=print) -> dict:
@@ -258,7 +259,3 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="paczero bench", description=__doc__.splitlines()[0])
     add_arguments(p)
     return run(p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,7 @@ import gc
 from collections.abc import Callable
 from dataclasses import asdict
 
-from paczero.bench.harness import BenchConfig, Harness
+from benchmarks.step.harness import BenchConfig, Harness
 
 
 def _rss_peak_reset() -> bool:
@@ -118,6 +118,3 @@ def memory_phase(cfg: BenchConfig, phase: str, live: bool = False) -> dict:
 
     with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:  # joined, not terminated, on exit
         return pool.submit(_memory_child, asdict(cfg), phase, live).result()
-
-
-# -- data parallel --------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, replace
 
-from paczero.bench.harness import BenchConfig, Harness, _median
+from benchmarks.step.harness import BenchConfig, Harness, _median
 
 
 def _dp_child(rank: int, world: int, port: int, cfg_dict: dict, queue) -> None:
@@ -30,18 +30,12 @@ def _dp_child(rank: int, world: int, port: int, cfg_dict: dict, queue) -> None:
         tdist.destroy_process_group()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def dp_step_time(cfg: BenchConfig, world: int) -> dict:
     """Median step time of rank 0 in a ``world``-process run on this machine (CPU: cores split evenly)."""
     import torch
     import torch.multiprocessing as tmp
+
+    from paczero.distributed import free_port
 
     threads = max(1, (cfg.threads or torch.get_num_threads()) // world)
     sub = replace(cfg, threads=threads, world=1, scaling=False, memory=False)
@@ -50,6 +44,3 @@ def dp_step_time(cfg: BenchConfig, world: int) -> dict:
     tmp.start_processes(_dp_child, args=(world, free_port(), asdict(sub), queue), nprocs=world,
                         start_method="spawn", join=True)
     return queue.get()
-
-
-# -- report ---------------------------------------------------------------------------------------
