@@ -6,7 +6,11 @@
 
 Cell ``(recipe, k)`` runs in ``out_root/<recipe>/seed<k>/``; next to it the sweep
 writes the materialised config ``seed<k>.yaml`` (recipe + ``--set`` overrides +
-seed and folder) and the run's console output ``seed<k>.log``. Each cell is a
+seed and folder) and the run's console output ``seed<k>.log``. The seed ``k``
+sets the config field the recipe's header names (``recipe: {seed_field: ...}``):
+``data_seed`` in the paper's recipes (which examples are drawn, what the
+paper's seeds varied; the public ``seed`` of directions and initialisation stays
+the recipe's), ``seed`` otherwise. Each cell is a
 subprocess (``python -m paczero.cli train --config seed<k>.yaml ...``), so a crash
 of one cell does not stop the others.
 
@@ -119,6 +123,23 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
+#: the config fields a sweep seed may set
+SEED_FIELDS = ("seed", "data_seed")
+
+
+def seed_field(source: Path) -> str:
+    """The config field a sweep seed sets for the recipe or config file ``source``: its header's
+    ``recipe: {seed_field: ...}`` (``data_seed`` in the paper's recipes), else ``seed``."""
+    try:
+        header = (yaml.safe_load(Path(source).read_text()) or {}).get("recipe")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return "seed"  # load_yaml reports an unreadable file in materialise
+    field = header.get("seed_field", "seed") if isinstance(header, dict) else "seed"
+    if field not in SEED_FIELDS:
+        raise ConfigError(f"{source}: recipe seed_field must be one of {', '.join(SEED_FIELDS)}, got {field!r}")
+    return field
+
+
 def plan(patterns: list[str], seeds: list[int], out_root: str | os.PathLike) -> list[Cell]:
     if not seeds:
         raise ConfigError("give at least one seed (--seeds 0 1 2)")
@@ -131,13 +152,14 @@ def materialise(cell: Cell, overrides: dict[str, Any], *, write: bool = True) ->
     before any run starts)."""
     values = load_yaml(cell.source)
     values.update(overrides)
-    values.update(seed=cell.seed, out_dir=str(cell.run_dir), resume=cell.state() == "killed", overwrite=False)
+    field = seed_field(cell.source)
+    values.update({field: cell.seed}, out_dir=str(cell.run_dir), resume=cell.state() == "killed", overwrite=False)
     cfg = TrainConfig.from_dict(values, source=f"{cell.recipe} (seed {cell.seed})").validate()
     if not write:
         return cfg
     cell.config_path.parent.mkdir(parents=True, exist_ok=True)
     header = {"recipe": {"name": cell.recipe, "source": str(cell.source), "seed": cell.seed,
-                         "overrides": overrides}}
+                         "seed_field": field, "overrides": overrides}}
     text = ("# materialised by 'paczero sweep': the recipe, the --set overrides, the seed and the run folder\n"
             + yaml.safe_dump(header, sort_keys=False) + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     cell.config_path.write_text(text)
@@ -146,7 +168,7 @@ def materialise(cell: Cell, overrides: dict[str, Any], *, write: bool = True) ->
 
 def train_command(cell: Cell, *, resume: bool) -> list[str]:
     cmd = [sys.executable, "-m", "paczero.cli", "train", "--config", str(cell.config_path),
-           "--seed", str(cell.seed), "--out-dir", str(cell.run_dir)]
+           "--" + seed_field(cell.source).replace("_", "-"), str(cell.seed), "--out-dir", str(cell.run_dir)]
     return cmd + (["--resume"] if resume else [])
 
 

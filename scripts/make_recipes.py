@@ -17,18 +17,31 @@ Choices the paper does not state (documented in every recipe's header):
   paper names the "polynomial scheduler" of its trainer in the locked SQuAD
   recipe (app:per-seed); the same trainer ran every PAC cell. The DP baselines
   follow DPZero/MeZO's constant learning rate.
-* eval_every 100 (the paper's dev-best checkpoints sit on multiples of 100:
-  300, 600, 1000); 500 for the T=20,000 DPZero cells.
+* eval_every as in the authors' scripts (scripts/_common.sh): 100 for the PAC
+  cells, 200 for the K-ablation and DP cells.
 * checkpoint_every: 50 for LoRA (adapters are small), 100 for 1.3B FT, 250 for
   6.7B FT (a 6.7B fp16 checkpoint is ~13 GB).
 * n_test null: the task's protocol (all 872 SST-2 validation sentences, as the
   paper's 819/872 shows; 1000 SQuAD questions).
 * no-clip cells (the paper's clip 10^9 or "infinity") use ``clip: null``.
 
+Protocol settings taken from the authors' scripts (every recipe's header says so):
+
+* select_metric: dev loss for SST-2 (``--pac_load_best_dev`` selects by
+  eval_loss), F1 for SQuAD;
+* a seed is a data seed: the recipe header sets ``seed_field: data_seed``, so
+  ``paczero sweep --seeds`` draws other train/dev examples (``--train_set_seed``)
+  while the public seed of directions and initialisation stays fixed, as the
+  scripts' fixed ``--seed``; the per-seed tables' seed lists (1,2,3 for SST-2
+  1.3B LoRA PAC-ZPL; 0,1,2,42 for SST-2 6.7B FT PAC-MI 0.33);
+* the DP-cliff DPZero cells run ``dpzero-aggzo1``: the authors' DP-AggZO code
+  with K = 1 (the scripts' ``run_dpaggzo ... N=1``), not ``dpzero``.
+
 A recipe's header also names what the paper leaves unstated for its own table
 (:func:`unstated`): mu (stated for the headline recipes only), the ablation's lr,
-clip and M, alpha for the other LoRA ranks, the T-ladder rungs as separate runs,
-the DP accountant.
+clip and M, alpha for the other LoRA ranks, the DP accountant. T-ladders are one
+run per seed with ``rungs`` (weights saved and evaluated at each rung of one
+trajectory), as the paper's.
 """
 from __future__ import annotations
 
@@ -47,7 +60,7 @@ PLATEAU_MI = [1e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 1e-2, 3e-2, 5e-2, 0.07, 0.11, 
 KEY_ORDER = ["model", "track", "lora_r", "lora_alpha", "dtype", "task", "n_train", "n_dev", "n_test", "mechanism",
              "num_subsets", "mi_budget", "schedule", "epsilon", "delta", "dp_clip", "sample_rate", "num_directions",
              "steps", "lr", "lr_schedule", "clip", "mu", "weight_decay", "eval_every", "dev_best",
-             "checkpoint_every"]
+             "select_metric", "checkpoint_every", "rungs", "objective", "max_new_tokens", "max_length", "answer_stop"]
 
 
 def base(task: str, size: str, track: str) -> dict:
@@ -55,8 +68,14 @@ def base(task: str, size: str, track: str) -> dict:
         "model": MODELS[size], "track": track, "lora_r": 8, "lora_alpha": 16, "dtype": "fp16",
         "task": task, "n_train": 1000, "n_dev": 500, "n_test": None,
         "mu": 1e-3, "weight_decay": 0.0, "eval_every": 100, "dev_best": True,
+        "select_metric": "loss" if task == "sst2" else "f1",  # the scripts' metric_for_best_model
         "checkpoint_every": 50 if track == "lora" else (100 if size == "1.3b" else 250),
+        **(SQUAD_AS_SCRIPTS if task == "squad" else {}),
     }
+
+
+#: the scripts' SQuAD training and generation (--non_diff; run_paczo.py's max_length, max_new_tokens, eos_token)
+SQUAD_AS_SCRIPTS = {"objective": "f1", "max_new_tokens": 50, "max_length": 2048, "answer_stop": "newline-token"}
 
 
 def pac_mi(mi: float, *, steps: int, lr: float, clip: float | None, k: int = 1, schedule: str = "adaptive") -> dict:
@@ -67,6 +86,13 @@ def pac_mi(mi: float, *, steps: int, lr: float, clip: float | None, k: int = 1, 
 def pac_zpl(*, steps: int, lr: float, clip: float | None, m: int = 126) -> dict:
     return {"mechanism": "pac-zpl", "num_subsets": m, "num_directions": 1, "steps": steps, "lr": lr,
             "lr_schedule": "polynomial", "clip": clip}
+
+
+def mean_std_pct(values: list[float]) -> tuple[float, float]:
+    """Mean and sample std (ddof = 1) rounded to the paper's two decimals."""
+    import statistics
+
+    return round(statistics.fmean(values), 2), round(statistics.stdev(values), 2)
 
 
 def mi_label(mi: float) -> str:
@@ -113,6 +139,8 @@ def headline() -> list[tuple]:
         ("squad", "6.7b", "lora", "0.68"): (55.61, None, 1, None, 9.1),
         ("squad", "6.7b", "lora", "zpl"): (57.94, None, 1, None, 8.1),
     }
+    # the seeds of the per-seed tables where they are not 0..n-1 (the authors' scripts, SCRIPTS.md)
+    seed_lists = {("sst2", "1.3b", "lora", "zpl"): [1, 2, 3], ("sst2", "6.7b", "ft", "0.33"): [0, 1, 2, 42]}
     out = []
     for (task, size, track), ((lr, clip, T), (zlr, zclip, zT)) in recipes.items():
         for variant in ("0.33", "0.68", "zpl"):
@@ -130,7 +158,7 @@ def headline() -> list[tuple]:
             cell = f"{task}-opt{size}-{track}-{name}"
             out.append(("headline", cell, f"Table headline: {TASK_NAMES[task]} OPT-{size.upper()} {TRACK_NAMES[track]}, {desc}",
                         {**base(task, size, track), **mech}, {k: v for k, v in paper.items() if v is not None},
-                        list(range(n))))
+                        seed_lists.get((task, size, track, variant), list(range(n)))))
     return out
 
 
@@ -162,9 +190,10 @@ def dp_cliff() -> list[tuple]:
     out = []
     for mech, k, T in (("dpzero", 1, 20000), ("dp-aggzo", 64, 1000)):
         for e, rep in zip(eps, reported[mech]):
-            cfg = {**base("sst2", "1.3b", "ft"), "mechanism": mech, "epsilon": e, "delta": 1e-5, "dp_clip": 25.0,
-                   "sample_rate": 0.064, "num_directions": k, "steps": T, "lr": 5e-6, "lr_schedule": "constant",
-                   "clip": None, "eval_every": 500 if T > 5000 else 100}
+            # the paper's DPZero column ran the DP-AggZO code with K = 1 (dpzero-aggzo1); the names keep "dpzero"
+            cfg = {**base("sst2", "1.3b", "ft"), "mechanism": "dpzero-aggzo1" if mech == "dpzero" else mech,
+                   "epsilon": e, "delta": 1e-5, "dp_clip": 25.0, "sample_rate": 0.064, "num_directions": k,
+                   "steps": T, "lr": 5e-6, "lr_schedule": "constant", "clip": None, "eval_every": 200}
             out.append(("dp-cliff", f"sst2-opt1.3b-ft-{mech}-k{k}-eps{e:g}",
                         f"Table dp-cliff: {'DPZero' if k == 1 else 'DP-AggZO'} K={k} SST-2 OPT-1.3B FT, "
                         f"epsilon = {e:g}, delta = 1e-5, T = {T}",
@@ -174,6 +203,13 @@ def dp_cliff() -> list[tuple]:
                 "Table dp-cliff (text): DP-AggZO K=64, epsilon = 0.2, doubled step budget T = 2000", cfg,
                 {"table": "tab:dp-cliff", "reported_test": 48.74, "n": 1, "metric": "accuracy %",
                  "note": "reported in the text of Section 5 (the T=2000 probe)"}, [0]))
+    out.append(("dp-cliff", "sst2-opt1.3b-ft-dp-aggzo-k64-eps6",
+                "Appendix dpaggzo-parity: DP-AggZO K=64 SST-2 OPT-1.3B FT, epsilon = 6, delta = 1e-5, T = 1000",
+                {**out[5][3], "epsilon": 6.0},
+                {"table": "app:dpaggzo-parity", "n": 1, "metric": "accuracy %",
+                 "note": "the paper prints no figure for this cell: it enters the parity check against "
+                         "bao2025dpaggzo Table 2 (mean |delta| 0.9pp over the subset, largest 2.4pp at epsilon 2)"},
+                [0]))
     return out
 
 
@@ -190,7 +226,8 @@ def k_ablation() -> list[tuple]:
         for k, (test, dev) in by_k.items():
             out.append(("k-ablation", f"sst2-opt{size}-{track}-mi0.33-k{k}",
                         f"K-aggregation ablation: SST-2 OPT-{size.upper()} {TRACK_NAMES[track]}, PAC-MI 0.33, K = {k}",
-                        {**base("sst2", size, track), **pac_mi(0.33, steps=T, lr=lr, clip=clip, k=k)},
+                        {**base("sst2", size, track), **pac_mi(0.33, steps=T, lr=lr, clip=clip, k=k),
+                         "eval_every": 200},  # run_kvar's --eval_steps
                         {"table": table, "reported_test": test, "reported_dev": dev, "n": 1, "metric": "accuracy %"},
                         [0]))
     return out
@@ -221,45 +258,59 @@ def ablation() -> list[tuple]:
 
 def zpl() -> list[tuple]:
     out = []
-    ladder_13_ft = {1000: (88.40, 89.56), 2000: (85.40, 84.75), 3000: (80.80, 80.39), 4000: (80.20, 77.87),
-                    5000: (81.00, 74.89)}
-    for T, (dev, test) in ladder_13_ft.items():
-        out.append(("zpl-ladder", f"sst2-opt1.3b-ft-t{T}",
-                    f"PAC-ZPL canonical FT T-ladder, SST-2 OPT-1.3B, rung T = {T} (final weights)",
-                    {**base("sst2", "1.3b", "ft"), **pac_zpl(steps=T, lr=1e-4, clip=None, m=128), "dev_best": False},
-                    {"table": "tab:zpl-ft-ladder", "reported_test": test, "reported_dev": dev, "n": 1,
-                     "metric": "accuracy %"}, [0]))
+    # T-ladders: one run per seed whose weights are saved and evaluated at each rung (config key rungs); the
+    # schedule spans the last rung, as the paper's single trajectories. No dev-best: each rung is its weights.
+    def ladder(size: str, track: str, lr: float, clip, by_rung: dict, table: str, seeds: list[int]) -> tuple:
+        rungs = sorted(by_rung)
+        cfg = {**base("sst2", size, track), **pac_zpl(steps=rungs[-1], lr=lr, clip=clip, m=128), "dev_best": False,
+               "rungs": rungs}
+        per_rung = {}
+        for T, values in by_rung.items():
+            if len(seeds) == 1:
+                (dev, test), = values
+                per_rung[T] = {"reported_test": test, "reported_dev": dev, "n": 1}
+            else:
+                test, std = mean_std_pct([t for _, t in values])
+                per_rung[T] = {"reported_test": test, "std": std, "n": len(values),
+                               "per_seed_test": [t for _, t in values], "per_seed_dev": [d for d, _ in values]}
+        last = per_rung[rungs[-1]]
+        paper = {"table": table, **last, "metric": "accuracy %", "rungs": per_rung,
+                 "note": "the cell's figure is the last rung's (the run's final weights); the report shows each rung"}
+        return cfg, paper
+
+    cfg, paper = ladder("1.3b", "ft", 1e-4, None, {1000: [(88.40, 89.56)], 2000: [(85.40, 84.75)],
+                                                  3000: [(80.80, 80.39)], 4000: [(80.20, 77.87)],
+                                                  5000: [(81.00, 74.89)]}, "tab:zpl-ft-ladder", [0])
+    out.append(("zpl-ladder", "sst2-opt1.3b-ft", "PAC-ZPL canonical FT T-ladder, SST-2 OPT-1.3B, rungs T = 1000..5000 "
+                "of one trajectory", cfg, paper, [0]))
     lora67 = {500: [(88.20, 90.14), (88.80, 87.16), (87.00, 86.35)], 1000: [(84.40, 83.14), (86.20, 83.49), (85.60, 84.29)],
               1500: [(84.00, 81.88), (86.60, 84.40), (86.80, 85.78)]}
-    means = {500: (87.88, 2.00), 1000: (83.64, 0.59), 1500: (84.02, 1.98)}
-    for T, seeds in lora67.items():
-        out.append(("zpl-ladder", f"sst2-opt6.7b-lora-t{T}",
-                    f"PAC-ZPL canonical LoRA T-ladder, SST-2 OPT-6.7B, rung T = {T} (final weights)",
-                    {**base("sst2", "6.7b", "lora"), **pac_zpl(steps=T, lr=1e-3, clip=25, m=128), "dev_best": False},
-                    {"table": "tab:zpl-67b-ladder", "reported_test": means[T][0], "std": means[T][1], "n": 3,
-                     "per_seed_test": [t for _, t in seeds], "per_seed_dev": [d for d, _ in seeds],
-                     "metric": "accuracy %"}, [0, 1, 2]))
-    for T, (dev, test) in {500: (85.60, 90.37), 1000: (88.80, 89.33), 1500: (88.40, 88.76)}.items():
-        out.append(("zpl-ladder", f"sst2-opt6.7b-ft-t{T}",
-                    f"PAC-ZPL canonical FT T-ladder, SST-2 OPT-6.7B, rung T = {T} (final weights)",
-                    {**base("sst2", "6.7b", "ft"), **pac_zpl(steps=T, lr=1e-4, clip=None, m=128), "dev_best": False},
-                    {"table": "tab:zpl-67b-ft-ladder", "reported_test": test, "reported_dev": dev, "n": 1,
-                     "metric": "accuracy %"}, [0]))
-    # canonical configuration (tab:zpl-canonical): M = 128, dev-winner lr/clip
-    out.append(("zpl-canonical", "sst2-opt6.7b-lora", "Canonical PAC-ZPL, SST-2 OPT-6.7B LoRA (peak rung T = 500)",
-                {**base("sst2", "6.7b", "lora"), **pac_zpl(steps=500, lr=1e-3, clip=25, m=128)},
+    lora_cfg, paper = ladder("6.7b", "lora", 1e-3, 25, lora67, "tab:zpl-67b-ladder", [0, 1, 2])
+    out.append(("zpl-ladder", "sst2-opt6.7b-lora", "PAC-ZPL canonical LoRA T-ladder, SST-2 OPT-6.7B, rungs T = 500, "
+                "1000, 1500 of one trajectory per seed", lora_cfg, paper, [0, 1, 2]))
+    ft_cfg, paper = ladder("6.7b", "ft", 1e-4, None, {500: [(85.60, 90.37)], 1000: [(88.80, 89.33)],
+                                                     1500: [(88.40, 88.76)]}, "tab:zpl-67b-ft-ladder", [0])
+    out.append(("zpl-ladder", "sst2-opt6.7b-ft", "PAC-ZPL canonical FT T-ladder, SST-2 OPT-6.7B, rungs T = 500, 1000, "
+                "1500 of one trajectory", ft_cfg, paper, [0]))
+    # canonical configuration (tab:zpl-canonical): M = 128, dev-winner lr/clip. The 6.7B cells are ladders too:
+    # their figure is each seed's rung chosen on dev (rung_statistic), pooled over seeds
+    out.append(("zpl-canonical", "sst2-opt6.7b-lora", "Canonical PAC-ZPL, SST-2 OPT-6.7B LoRA (per-seed best rung of "
+                "T = 500, 1000, 1500)", lora_cfg,
                 {"table": "tab:zpl-canonical", "reported_test": 87.88, "std": 2.00, "n": 3,
-                 "per_seed_test": [90.14, 87.16, 86.35], "metric": "accuracy %"}, [0, 1, 2]))
+                 "per_seed_test": [90.14, 87.16, 86.35], "rung_statistic": "dev-best-rung", "metric": "accuracy %",
+                 "note": "the paper takes each seed's peak rung (T = 500 for all three), which is each seed's "
+                         "dev-best rung too (tab:zpl-67b-ladder)"}, [0, 1, 2]))
     out.append(("zpl-canonical", "sst2-opt1.3b-ft", "Canonical PAC-ZPL, SST-2 OPT-1.3B FT, no clip, T = 1000, dev-best",
                 {**base("sst2", "1.3b", "ft"), **pac_zpl(steps=1000, lr=1e-4, clip=None, m=128)},
                 {"table": "tab:zpl-canonical", "reported_test": 87.96, "std": 0.80, "n": 3,
                  "per_seed_test": [87.61, 88.88, 87.39], "note": "the paper's seeds are 1, 2, 3",
                  "metric": "accuracy %"}, [1, 2, 3]))
-    out.append(("zpl-canonical", "sst2-opt6.7b-ft", "Canonical PAC-ZPL, SST-2 OPT-6.7B FT, no clip, T = 1500, dev-best",
-                {**base("sst2", "6.7b", "ft"), **pac_zpl(steps=1500, lr=1e-4, clip=None, m=128)},
+    out.append(("zpl-canonical", "sst2-opt6.7b-ft", "Canonical PAC-ZPL, SST-2 OPT-6.7B FT, no clip (per-seed dev-best "
+                "rung of T = 500, 1000, 1500)", ft_cfg,
                 {"table": "tab:zpl-67b-ft-multiseed", "reported_test": 90.14, "std": 0.76, "n": 3,
                  "reported_dev": 88.27, "dev_std": 0.61, "per_seed_test": [89.33, 90.83, 90.25],
-                 "metric": "accuracy %"}, [0, 1, 2]))
+                 "rung_statistic": "dev-best-rung", "metric": "accuracy %",
+                 "note": "seed 0's dev-best rung is T = 1000, seeds 1 and 2's their last, T = 1500"}, [0, 1, 2]))
     # learning-rate sweep (tab:zpl-lr-sweep): T = 1000, M = 128, seed 0; clip 10^9 == off
     sweep = [("lora", 25, 1e-4, 60.40, 55.73), ("lora", 25, 5e-4, 79.80, 81.77), ("lora", 25, 1e-3, 87.80, 86.81),
              ("lora", 25, 2e-3, 78.20, 72.71), ("lora", None, 2e-4, 64.00, 59.17), ("lora", None, 5e-4, 81.20, 81.31),
@@ -303,6 +354,7 @@ class _Dumper(yaml.SafeDumper):
     """Block mappings, inline lists: one key per line, per-seed values on one line."""
 
 
+_Dumper.ignore_aliases = lambda self, data: True  # a value shared by two places is written out twice
 _Dumper.add_representer(list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
 _Dumper.add_representer(dict, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v.items(), flow_style=False))
 
@@ -317,8 +369,9 @@ TRACK_NAMES = {"ft": "FT", "lora": "LoRA"}
 HEADER = """\
 # {title}
 # Generated by scripts/make_recipes.py from the paper's tables; edit the script, not this file.
-# Run:   paczero train --recipe {name} --seed {seed0}
-# Sweep: paczero sweep {name} --seeds {seeds}
+# Run:   paczero train --recipe {name} --data-seed {seed0}
+# Sweep: paczero sweep {name} --seeds {seeds}   (a seed sets data_seed: seed_field below)
+{protocol}
 {unstated}
 """
 
@@ -337,14 +390,14 @@ def unstated(table: str, cell: str, cfg: dict) -> list[str]:
                    "tab:ablation states none of them)")
     if table == "rank-ablation" and cfg["lora_r"] != 8:
         out.append(f"lora_alpha {cfg['lora_alpha']} (the paper states alpha 16 with r = 8 only)")
-    if table == "zpl-ladder":
-        out.append("dev_best false, each rung a run of its own (the paper evaluated the rungs of one trajectory)")
-    if table == "zpl-canonical" and cell == "sst2-opt6.7b-lora":
-        out.append("T = 500 as a run of its own (the paper's peak rung of a T-ladder)")
-    if table == "zpl-canonical" and cell == "sst2-opt6.7b-ft":
-        out.append("dev_best at T = 1500 (the paper pooled seed 0's dev-best rung T = 1000 with seeds 1 and 2 "
-                   "at their final T = 1500)")
-    if cfg["mechanism"] in ("dpzero", "dp-aggzo"):
+    if cfg.get("rungs"):
+        out.append(f"one run per seed, its weights saved and evaluated at rungs {', '.join(map(str, cfg['rungs']))} "
+                   "(the paper's single trajectory; the schedule spans the last rung), dev_best false (a rung is its "
+                   "weights)")
+    if table == "zpl-canonical" and cfg.get("rungs"):
+        out.append("the cell's figure is each seed's dev-best rung (by the select_metric), pooled; the paper names it "
+                   "the peak rung")
+    if cfg["mechanism"] in ("dpzero", "dp-aggzo", "dpzero-aggzo1"):
         out.append("accountant rdp (calibrates the noise; the paper names none)")
     if not from_headline:
         out.append(f"mu {_sci(cfg['mu'])} (stated for the headline recipes only)")
@@ -357,11 +410,30 @@ def _sci(x: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
+def _protocol_lines(cfg: dict) -> str:
+    """The settings taken from the authors' scripts, and where this recipe deliberately differs from them."""
+    import textwrap
+
+    metric = {"loss": "the lowest dev loss", "f1": "the highest dev F1"}[cfg["select_metric"]]
+    dp = (" The DPZero cell runs dpzero-aggzo1, the authors' DP-AggZO code with K = 1 (their run_dpaggzo ... N=1); "
+          "dpzero is DPZero as its own paper specifies it." if cfg["mechanism"] == "dpzero-aggzo1" else "")
+    squad = (" SQuAD trains on minus the F1 of a greedy generation (objective f1, their --non_diff), generated as "
+             "theirs: at most 50 new tokens, ending at the newline token or EOS, the answer stripped, prompts cut "
+             "from the left to fit 2048 tokens with the answer (answer_stop newline-token, max_length 2048)."
+             if cfg["task"] == "squad" else "")
+    text = (f"As the authors' scripts: a seed draws the train and dev examples (data_seed; their --train_set_seed) "
+            f"while directions and initialisation come from the fixed public seed; dev-best by {metric}; a dev "
+            f"evaluation every {cfg['eval_every']} steps.{dp}{squad} Deliberately different: which examples a data seed "
+            "draws (numpy's default_rng here) and the public seed's directions (another generator than theirs); "
+            "the secret comes from OS entropy (theirs from the fixed seed).")
+    return "\n".join("# " + line for line in textwrap.wrap(text, width=100, break_on_hyphens=False))
+
+
 def _unstated_lines(table: str, cell: str, cfg: dict) -> str:
     import textwrap
 
-    rest = [f"lr_schedule ({cfg['lr_schedule']})", f"eval_every {cfg['eval_every']}",
-            f"checkpoint_every {cfg['checkpoint_every']}", *unstated(table, cell, cfg)]
+    rest = [f"lr_schedule ({cfg['lr_schedule']})", f"checkpoint_every {cfg['checkpoint_every']}",
+            *unstated(table, cell, cfg)]
     text = ", ".join(rest) + ". See docs/reproducing.md."
     return "\n".join([f"# Not stated by the paper, chosen here: dtype {cfg['dtype']} (as MeZO on GPU; use --dtype fp32 on CPU),",
                       *("# " + line for line in textwrap.wrap(text, width=100, break_on_hyphens=False))])
@@ -371,8 +443,9 @@ def render(table: str, cell: str, title: str, cfg: dict, paper: dict, seeds: lis
     name = f"{table}/{cell}"
     cfg = {k: cfg[k] for k in KEY_ORDER if k in cfg}
     head = HEADER.format(title=title, name=name, seed0=seeds[0], seeds=" ".join(map(str, seeds)),
-                         unstated=_unstated_lines(table, cell, cfg))
-    recipe = {"recipe": {"name": name, "table": table, "cell": cell, "title": title, "seeds": seeds}}
+                         protocol=_protocol_lines(cfg), unstated=_unstated_lines(table, cell, cfg))
+    recipe = {"recipe": {"name": name, "table": table, "cell": cell, "title": title, "seeds": seeds,
+                         "seed_field": "data_seed"}}
     return head + dump(recipe) + "\n" + dump(cfg) + "\n" + dump({"paper": paper})
 
 
@@ -391,8 +464,11 @@ BAO_HEADLINE = [  # (task, size, mechanism, K, epsilon, test)
     ("sst2", "1.3b", "dp-aggzo", 16, 6, 91.3), ("sst2", "6.7b", "dp-aggzo", 16, 6, 94.6),
     ("squad", "1.3b", "dp-aggzo", 16, 6, 77.7), ("squad", "6.7b", "dp-aggzo", 16, 6, 83.3),
 ]
+# the non-private MeZO FT ceilings the text quotes (Section 5), from bao2025dpaggzo Table 2: (size, test)
+MEZO_CEILINGS = [("1.3b", 91.1), ("6.7b", 93.8)]
 RESULT_COLUMNS = ["table", "recipe", "task", "model", "track", "mechanism", "mi_budget", "epsilon", "num_directions",
-                  "steps", "metric", "reported_test", "std", "n", "reported_dev", "free_frac", "source"]
+                  "steps", "metric", "reported_test", "std", "n", "reported_dev", "free_frac", "source", "rung",
+                  "rung_statistic"]
 
 
 def paper_results_csv(recipes: list[tuple]) -> str:
@@ -402,18 +478,28 @@ def paper_results_csv(recipes: list[tuple]) -> str:
 
     rows = []
     for table, cell, _title, cfg, paper, _seeds in recipes:
+        if paper.get("reported_test") is None:  # a cell the paper runs without printing its figure
+            continue
         rows.append({"table": table, "recipe": f"{table}/{cell}", "task": cfg["task"], "model": cfg["model"],
                      "track": cfg["track"], "mechanism": cfg["mechanism"],
                      "mi_budget": 0.0 if cfg["mechanism"] == "pac-zpl" else cfg.get("mi_budget"),
                      "epsilon": cfg.get("epsilon"), "num_directions": cfg["num_directions"], "steps": cfg["steps"],
                      "metric": "accuracy" if cfg["task"] == "sst2" else "f1", "reported_test": paper["reported_test"],
                      "std": paper.get("std"), "n": paper.get("n"), "reported_dev": paper.get("reported_dev"),
-                     "free_frac": paper.get("reported_free_frac"), "source": paper["table"]})
+                     "free_frac": paper.get("reported_free_frac"), "source": paper["table"],
+                     "rung_statistic": paper.get("rung_statistic")})
+        for rung, fig in (paper.get("rungs") or {}).items():  # a ladder: the paper's figure at each rung
+            rows.append({**rows[-1], "steps": rung, "rung": rung, "rung_statistic": None, "free_frac": None,
+                         **{k: fig.get(k) for k in ("reported_test", "std", "n", "reported_dev")}})
     for task, size, mech, k, eps, test in BAO_HEADLINE:
         rows.append({"table": "headline", "recipe": "", "task": task, "model": MODELS[size], "track": "ft",
                      "mechanism": mech, "epsilon": eps, "num_directions": k,
                      "metric": "accuracy" if task == "sst2" else "f1", "reported_test": test, "n": 1,
                      "source": "bao2025dpaggzo Table 2 (as cited in tab:headline)"})
+    for size, test in MEZO_CEILINGS:
+        rows.append({"table": "headline", "recipe": "", "task": "sst2", "model": MODELS[size], "track": "ft",
+                     "mechanism": "mezo", "num_directions": 1, "metric": "accuracy", "reported_test": test, "n": 1,
+                     "source": "bao2025dpaggzo Table 2, non-private MeZO (the FT ceilings quoted in Section 5)"})
     buf = io.StringIO()
     w = csv.DictWriter(buf, RESULT_COLUMNS, lineterminator="\n")
     w.writeheader()

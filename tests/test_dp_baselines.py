@@ -10,7 +10,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from paczero.mechanisms.dp import DPAggZO, DPZero, clip_rows, clip_scalars
+from paczero.mechanisms.dp import DPAggZO, DPZero, DPZeroAggZO1, clip_rows, clip_scalars
 from paczero.privacy import dp as dpp
 
 DELTA = 1e-5
@@ -274,6 +274,7 @@ def test_dp_aggzo_clips_rows_and_scales_by_k():
 @pytest.mark.parametrize("make, k", [
     (lambda seed: DPZero(300, 1.0, DELTA, 20, 0.064, 25.0, seed=seed), 1),
     (lambda seed: DPAggZO(300, 1.0, DELTA, 20, 0.064, 25.0, 3, seed=seed), 3),
+    (lambda seed: DPZeroAggZO1(300, 1.0, DELTA, 20, 0.064, 25.0, seed=seed), 1),
 ])
 def test_state_dict_round_trip(make, k):
     original = make(21)
@@ -302,6 +303,7 @@ def test_load_state_dict_refuses_mismatches():
 @pytest.mark.parametrize("make", [
     lambda: DPZero(300, 1.0, DELTA, 20, 0.064, 25.0, seed=2),
     lambda: DPAggZO(300, 1.0, DELTA, 20, 0.064, 25.0, 3, seed=2),
+    lambda: DPZeroAggZO1(300, 1.0, DELTA, 20, 0.064, 25.0, seed=2),
 ])
 def test_privacy_statement(make):
     mech = make()
@@ -331,3 +333,60 @@ def test_calibration_does_not_flood_the_console_with_dropped_renyi_orders(caplog
     messages = [r.getMessage() for r in caplog.records]
     assert not any("_compute_log_a_frac" in m for m in messages) and "another dp-accounting warning" in messages
     assert dpp.dpzero_epsilon(sigma, 0.25, 10, 1e-5) <= 2.0
+
+
+# ------------------------------------------------------------------ DPZero through the DP-AggZO code (K = 1)
+
+
+@pytest.mark.parametrize("epsilon", [0.2, 2.0])
+def test_dpzero_aggzo1_accounting_is_the_split_computed_independently(epsilon):
+    """dpzero-aggzo1 (the paper's dp-cliff DPZero cells): the Gaussian steps get 0.95 epsilon, the Laplace count
+    1 / b = 0.05 epsilon. Checked against dp-accounting called here directly: the noise multiplier is the one
+    calibrate_dp_mechanism gives for 0.95 epsilon, the Laplace part is exactly 0.05 epsilon-DP, the two add up to
+    at most epsilon (basic composition), and the reported epsilons are the composed event's. Red if the Gaussian
+    part is calibrated to the whole epsilon (DPZero's budget), if b is 1 / epsilon, or if the statement leaves the
+    Laplace release out of the composition."""
+    from dp_accounting import mechanism_calibration
+
+    q, steps, n = 0.064, 200, 400
+    mech = DPZeroAggZO1(n, epsilon, DELTA, steps, q, 25.0, seed=4)
+    sigma = mechanism_calibration.calibrate_dp_mechanism(
+        rdp_privacy_accountant.RdpAccountant,
+        lambda s: dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(s)), steps),
+        0.95 * epsilon, DELTA)
+    assert mech.noise_multiplier == pytest.approx(sigma, rel=1e-9)
+    assert mech.laplace_scale == pytest.approx(1.0 / (0.05 * epsilon), rel=1e-12)
+    gaussian = _reference_epsilon(mech.noise_multiplier, q, steps, DELTA, "rdp")
+    laplace = 1.0 / mech.laplace_scale  # pure DP of a sensitivity-1 count under Lap(b)
+    assert gaussian <= 0.95 * epsilon + 1e-12 and gaussian + laplace <= epsilon + 1e-12
+    statement = mech.privacy_statement()
+    composed = _reference_epsilon(mech.noise_multiplier, q, steps, DELTA, "rdp", mech.laplace_scale)
+    assert statement["epsilon_rdp_planned"] == pytest.approx(composed, rel=1e-12)
+    assert gaussian < statement["epsilon_rdp_planned"] <= epsilon
+    assert statement["mechanism"] == "dpzero-aggzo1" and statement["num_directions"] == 1
+    assert statement["epsilon_split"] == pytest.approx({"gaussian": 0.95 * epsilon, "laplace": 0.05 * epsilon})
+    # DPZero as its own paper specifies it spends all of epsilon on the steps: less noise than this one
+    assert DPZero(n, epsilon, DELTA, steps, q, 25.0, seed=4).noise_multiplier < mech.noise_multiplier
+
+
+def test_dpzero_aggzo1_releases_what_dp_aggzo_releases_at_k_1():
+    """Same private generator, same batch, same scalars: the release equals DP-AggZO's at K = 1 (clip to [-C, C],
+    noisy sum over q * (N + Lap(b))), and differs from DPZero's public normaliser. Red if the K = 1 variant
+    normalised by q * n_train or clipped otherwise."""
+    n, q, clip = 300, 0.2, 25.0
+    ours, theirs = DPZeroAggZO1(n, 1.0, DELTA, 10, q, clip, seed=8), DPAggZO(n, 1.0, DELTA, 10, q, clip, 1, seed=8)
+    b = ours.batch_indices(n).size
+    assert theirs.batch_indices(n).size == b
+    scalars = np.resize([100.0, -30.0, 3.0], b)[None, :]
+    a, r = ours.step(scalars)[0], theirs.step(scalars)[0]
+    assert (a.coef, a.sigma) == (r.coef, r.sigma)
+    quiet = DPZeroAggZO1(n, 1.0, DELTA, 10, q, clip, seed=8)
+    quiet.noise_multiplier = 1e-300  # no noise: the clipped sum over the noisy expected batch size remains
+    quiet.batch_indices(n)
+    expected = np.clip(scalars, -clip, clip).sum() / (q * quiet.noisy_num_examples)
+    assert quiet.step(scalars)[0].coef == pytest.approx(expected, rel=1e-12)
+    assert quiet.noisy_num_examples != n
+    with pytest.raises(ValueError, match="one direction"):
+        DPZeroAggZO1(n, 1.0, DELTA, 10, q, clip, 2)
+    with pytest.raises(ValueError, match="mechanism"):
+        ours.load_state_dict(theirs.state_dict())

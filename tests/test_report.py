@@ -103,7 +103,7 @@ def test_report_tables_and_csv(report):
 
     md = (out / "report.md").read_text()
     # headline layout, paper alongside, with the settings these fixture runs changed from the recipe
-    assert "88.99 ± 0.91 (n=3) [paper 88.99 ± 0.91; recipe changed: clip, dtype, lr, lr_schedule, steps]" in md
+    assert "88.99 ± 0.91 (n=3) [paper 88.99 ± 0.91; recipe changed: clip, dtype, lr, lr_schedule, select_metric, steps]" in md
     assert "85.00 ± 7.07 (n=2)" in md
     assert "| FT | PAC-ZPL |" in md and "SST-2 1.3B" in md
     assert "| MI (nats) | 0.001 | 0.11 |" in md  # plateau layout: MI columns
@@ -191,3 +191,149 @@ def test_runs_of_one_recipe_with_other_settings_are_not_pooled(tmp_path):
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "[paper 88.99 ± 0.91]" in md and "[paper 88.99 ± 0.91; recipe changed: lr, steps]" in md
     assert "one row per setting" in md and "| FT | PAC-ZPL |" not in md  # no grid place shared by two cells
+
+
+def test_a_cell_pools_the_data_seeds_a_paper_sweep_ran(tmp_path):
+    """A paper recipe's sweep seed sets data_seed (the public seed stays the recipe's): runs seed1..seed3 that
+    differ only there are one cell of n = 3, listed by those seeds, and report.md and runs.csv say which dev
+    metric selected each run's weights. Red if data_seed split the cell or the seeds shown were the public seed."""
+    name = "headline/sst2-opt1.3b-lora-zpl"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mia_bound": 0.5, "steps": 4, "unanimity_rate": 0.5}
+    from paczero.config import load_yaml
+    from paczero.recipes import resolve_recipe
+
+    recipe = load_yaml(resolve_recipe(name))
+    for k in (1, 2, 3):
+        run = write_run(tmp_path / "runs", name, 0, test=0.8 + k / 100, dev=0.5, privacy=zpl,
+                        **{**recipe, "data_seed": k})
+        run.rename(run.with_name(f"seed{k}"))
+        summary = json.loads((run.with_name(f"seed{k}") / "summary.json").read_text())
+        (run.with_name(f"seed{k}") / "summary.json").write_text(json.dumps({**summary, "select_metric": "loss"}))
+    out = write_report(tmp_path / "runs", tmp_path / "rep")
+    cells = list(csv.DictReader(open(out / "cells.csv")))
+    assert [(c["cell"], c["n"], c["seeds"]) for c in cells] == [(name, "3", "1 2 3")]
+    runs = list(csv.DictReader(open(out / "runs.csv")))
+    assert [(r["seed"], r["select_metric"]) for r in runs] == [("1", "loss"), ("2", "loss"), ("3", "loss")]
+    assert "Dev-best selection by: loss (3 runs)." in (out / "report.md").read_text()
+
+
+def _ladder_run(root: Path, recipe: str, seed: int, rungs: dict[int, tuple[float, float, float]]) -> None:
+    """A ladder run of a shipped recipe: rungs {T: (test acc, dev acc, dev loss)}."""
+    from paczero.config import load_yaml
+    from paczero.recipes import resolve_recipe
+
+    cfg = load_yaml(resolve_recipe(recipe))
+    last = rungs[max(rungs)]
+    run = write_run(root, recipe, seed, test=last[0], dev=last[1], privacy={"mechanism": "pac-zpl", "mi_bound": 0.0,
+                    "mia_bound": 0.5, "steps": cfg["steps"]}, **{k: v for k, v in cfg.items() if k != "seed"})
+    summary = json.loads((run / "summary.json").read_text())
+    summary["rungs"] = [{"step": t, "dev": {"accuracy": d, "loss": loss}, "test": {"accuracy": a, "loss": 0.3},
+                         "weights": f"rungs/step-{t}/weights.safetensors", "dev_best": None, "mi_spent_realised": 0.0}
+                        for t, (a, d, loss) in sorted(rungs.items())]
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+def test_a_ladder_is_shown_as_rungs_of_one_run_and_a_canonical_cell_as_each_seeds_dev_best_rung(tmp_path):
+    """One row per rung (mean ± std over the seeds' single runs) beside the paper's figure at that rung; the
+    canonical 6.7B FT cell pools each seed's rung with the lowest dev loss (its select_metric), which is not the
+    rung of the highest dev accuracy for seed 0 (a mutant selecting by accuracy gives another mean)."""
+    import statistics
+
+    root = tmp_path / "runs"
+    lora = {0: {500: (0.9014, 0.882, 0.30), 1000: (0.8314, 0.844, 0.40), 1500: (0.8188, 0.840, 0.41)},
+            1: {500: (0.8716, 0.888, 0.31), 1000: (0.8349, 0.862, 0.35), 1500: (0.8440, 0.866, 0.36)},
+            2: {500: (0.8635, 0.870, 0.32), 1000: (0.8429, 0.856, 0.37), 1500: (0.8578, 0.868, 0.38)}}
+    for seed, rungs in lora.items():
+        _ladder_run(root, "zpl-ladder/sst2-opt6.7b-lora", seed, rungs)
+    ft = {0: {500: (0.9037, 0.900, 0.35), 1000: (0.8933, 0.888, 0.30), 1500: (0.8876, 0.884, 0.32)},
+          1: {500: (0.8800, 0.850, 0.40), 1000: (0.8900, 0.860, 0.35), 1500: (0.9083, 0.880, 0.30)},
+          2: {500: (0.8700, 0.850, 0.40), 1000: (0.8800, 0.860, 0.35), 1500: (0.9025, 0.880, 0.30)}}
+    for seed, rungs in ft.items():
+        _ladder_run(root, "zpl-canonical/sst2-opt6.7b-ft", seed, rungs)
+    out = write_report(root, tmp_path / "report")
+    md = (out / "report.md").read_text()
+    for t, paper_fig in ((500, "87.88 ± 2.00"), (1000, "83.64 ± 0.59"), (1500, "84.02 ± 1.98")):
+        tests = [100 * lora[s][t][0] for s in lora]
+        devs = [100 * lora[s][t][1] for s in lora]
+        row = (f"| zpl-ladder/sst2-opt6.7b-lora | {t} | {statistics.fmean(devs):.2f} ± {statistics.stdev(devs):.2f} "
+               f"(n=3) | {statistics.fmean(tests):.2f} ± {statistics.stdev(tests):.2f} (n=3) | — | {paper_fig} |")
+        assert row in md
+    assert "| zpl-ladder/sst2-opt6.7b-lora | dev-best rung: 500, 500, 500 |" in md
+    chosen = [89.33, 90.83, 90.25]  # seed 0: rung 1000 by dev loss (rung 500 by dev accuracy)
+    assert "| zpl-canonical/sst2-opt6.7b-ft | dev-best rung: 1000, 1500, 1500 |" in md
+    want = f"{statistics.fmean(chosen):.2f} ± {statistics.stdev(chosen):.2f} (n=3)"
+    assert want == "90.14 ± 0.76 (n=3)"
+    assert f"{want} [paper 90.14 ± 0.76] (each seed's dev-best rung)" in md  # the cell table, beside the paper
+    with open(out / "rungs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 18 and {r["rung"] for r in rows} == {"500", "1000", "1500"}
+
+
+def test_identical_runs_outside_a_sweep_pool_into_one_cell(tmp_path):
+    """Two runs of one configuration in their own folders (other seeds, other out_dir) are one cell of n = 2;
+    a run with another lr beside them stays its own cell. Red if loose runs were still one cell per folder."""
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_bound": 0.0, "mia_bound": 0.5, "steps": 4,
+           "unanimity_rate": 0.5}
+    for name, seed, lr, acc in (("a", 0, 1e-3, 0.6), ("b", 1, 1e-3, 0.8), ("c", 0, 5e-4, 0.7)):
+        run = root / name
+        run.mkdir(parents=True)
+        cfg = TrainConfig(seed=seed, lr=lr, steps=4, out_dir=str(run)).to_dict()
+        (run / "summary.json").write_text(json.dumps({
+            "config": cfg, "metric": "accuracy", "selected_step": 4, "dev": {"accuracy": acc}, "test": {"accuracy": acc},
+            "privacy": zpl}))
+    cells = {r["cell"]: r for r in csv.DictReader(open(write_report(root, tmp_path / "rep") / "cells.csv"))}
+    assert set(cells) == {"a + b", "c"}
+    assert cells["a + b"]["n"] == "2" and cells["a + b"]["seeds"] == "0 1"
+    assert float(cells["a + b"]["test_mean"]) == pytest.approx(70.0)
+    assert float(cells["a + b"]["test_std"]) == pytest.approx(20 / math.sqrt(2), rel=1e-5)  # ddof = 1 of 60, 80
+
+
+def _axes_of_saved_figures(monkeypatch) -> list:
+    """The axes of every figure saved from now on (their limits and lines, read before the figure closes)."""
+    import matplotlib.figure
+
+    saved, real = [], matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *a, **k):
+        saved.append([(ax.get_ylim(), [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines])
+                      for ax in fig.axes])
+        return real(fig, *a, **k)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    return saved
+
+
+def test_a_zpl_trajectory_has_mi_zero_as_its_floor(tmp_path, monkeypatch):
+    """PAC-ZPL charges 0 nats at every step: the MI axis starts at 0 (matplotlib's own limits around a flat
+    zero line run to -0.055, a negative MI)."""
+    from paczero.report.cells import Run
+    from paczero.report.plots import plot_trajectory
+
+    run_dir = tmp_path / "zpl"
+    run_dir.mkdir()
+    (run_dir / "log.jsonl").write_text("".join(json.dumps({"step": t, "branch": "noised", "cum_mi": 0.0,
+                                                           "free_frac": 1.0}) + "\n" for t in range(4)))
+    saved = _axes_of_saved_figures(monkeypatch)
+    plot_trajectory(Run("zpl", "other", run_dir, {"config": TrainConfig(steps=4).to_dict()}), tmp_path / "t.png")
+    assert saved[0][0][0] == (0.0, 1.0)
+
+
+def test_the_report_draws_each_cells_curves_from_its_runs_logs(tmp_path, monkeypatch):
+    """plots/curves/<cell>.png: one train-loss line per run with that run's log.jsonl values, the dev metric
+    from evals.jsonl (in percent, zero-shot at step 0), the cumulative MI from 0 up to the budget."""
+    root = tmp_path / "runs"
+    for seed in (0, 1):
+        log = [{"step": t, "train_loss": 0.7 - 0.01 * t - seed / 10, "cum_mi": 0.01 * (t + 1), "unanimity": 0.5,
+                "agreement": 0.75} for t in range(4)]
+        run = write_run(root, "mine", seed, test=0.6, dev=0.6, privacy=pac(0.05), log=log, mechanism="pac-mi",
+                        mi_budget=0.05, steps=4)
+        (run / "evals.jsonl").write_text("".join(json.dumps({"step": s, "dev": {"accuracy": a, "loss": 0.5}}) + "\n"
+                                                 for s, a in ((2, 0.5), (4, 0.75))))
+    saved = _axes_of_saved_figures(monkeypatch)
+    out = write_report(root, tmp_path / "rep")
+    assert (out / "plots" / "curves" / "mine.png").read_bytes()[:8] == PNG
+    assert "plots/curves/mine.png" in (out / "report.md").read_text()
+    loss, dev, privacy, _ = next(axes for axes in saved if len(axes) == 4)
+    assert [line for line in loss[1]] == [([1, 2, 3, 4], [0.7 - 0.01 * t - s / 10 for t in range(4)]) for s in (0, 1)]
+    assert dev[1][0] == ([2, 4], [50.0, 75.0])
+    assert privacy[0][0] == 0.0 and privacy[0][1] == pytest.approx(1.05 * 0.05)

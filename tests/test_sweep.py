@@ -5,7 +5,6 @@ import json
 import os
 import shutil
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -54,11 +53,33 @@ def test_plan_layout_and_dry_run_validates(tmp_path):
                                           for k in (0, 2)]
     lines = []
     sweep(["headline/sst2-opt1.3b-ft-zpl"], [1], out_root=str(tmp_path / "dry"), dry_run=True, echo=lines.append)
-    assert "--seed 1" in lines[0] and not (tmp_path / "dry").exists()  # a dry run writes nothing
+    assert "--data-seed 1" in lines[0] and not (tmp_path / "dry").exists()  # a dry run writes nothing
     cfg = materialise(plan(["headline/sst2-opt1.3b-ft-zpl"], [1], tmp_path)[0], {}, write=False)
-    assert cfg.seed == 1 and cfg.lr == 1e-4 and cfg.num_subsets == 126 and not list(tmp_path.iterdir())
+    assert cfg.data_seed == 1 and cfg.lr == 1e-4 and cfg.num_subsets == 126 and not list(tmp_path.iterdir())
     with pytest.raises(ConfigError):  # a bad override fails before anything runs
         sweep(["headline/sst2-opt1.3b-ft-zpl"], [0], out_root=str(tmp_path), overrides={"steps": 0}, dry_run=True)
+
+
+def test_a_sweep_seed_sets_the_field_its_recipe_names(tmp_path):
+    """The paper's recipes (``seed_field: data_seed``): seed k draws other examples and keeps the recipe's public
+    seed (directions, initialisation); a recipe without the header key: seed k is the public seed, data_seed the
+    recipe's. The materialised config and the train command say the same. Red if a sweep seed always set ``seed``
+    (the paper's seeds varied the data) or never did (a user's recipe would lose its meaning)."""
+    from paczero.sweep import train_command
+
+    paper = plan(["headline/sst2-opt6.7b-ft-mi0.33"], [42], tmp_path)[0]
+    cfg = materialise(paper, {"seed": 5})
+    assert (cfg.data_seed, cfg.seed) == (42, 5)
+    assert yaml.safe_load(paper.config_path.read_text())["recipe"]["seed_field"] == "data_seed"
+    assert train_command(paper, resume=False)[6:8] == ["--data-seed", "42"]
+    own = tmp_path / "own.yaml"
+    own.write_text("recipe: {name: own}\ntask: demo\nmodel: tiny-llama\ndata_seed: 3\n")
+    mine = plan([str(own)], [2], tmp_path)[0]
+    cfg = materialise(mine, {}, write=False)
+    assert (cfg.seed, cfg.data_seed) == (2, 3) and train_command(mine, resume=False)[6:8] == ["--seed", "2"]
+    own.write_text("recipe: {name: own, seed_field: lr}\ntask: demo\n")
+    with pytest.raises(ConfigError, match="seed_field must be one of seed, data_seed"):
+        materialise(plan([str(own)], [2], tmp_path)[0], {}, write=False)
 
 
 def test_visible_gpus(monkeypatch):

@@ -12,7 +12,7 @@ from .hybrid import Hybrid
 from .pac import PacMI, PacZPL
 from .reference import MeZO, QuantFull, QuantHalf, RandomSign, RawFull, RawHalf
 
-from .dp import DPAggZO, DPZero
+from .dp import DPAggZO, DPZero, DPZeroAggZO1
 
 #: config name -> mechanism class
 MECHANISMS: dict[str, type[Mechanism]] = {
@@ -27,6 +27,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "random_sign": RandomSign,
     "dpzero": DPZero,
     "dp-aggzo": DPAggZO,
+    "dpzero-aggzo1": DPZeroAggZO1,
 }
 
 
@@ -61,6 +62,7 @@ __all__ = [
     "RandomSign",
     "DPZero",
     "DPAggZO",
+    "DPZeroAggZO1",
     "MECHANISMS",
     "build_mechanism",
 ]

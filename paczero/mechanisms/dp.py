@@ -1,4 +1,4 @@
-"""The DP zeroth-order baselines: DPZero (K=1) and DP-AggZO (K directions).
+"""The DP zeroth-order baselines: DPZero (K=1), DP-AggZO (K directions) and DP-AggZO at K=1.
 
 Both are ``(epsilon, delta)``-DP under add-or-remove-one adjacency, accounted
 with Google's dp-accounting (:mod:`paczero.privacy.dp`). Per step:
@@ -20,6 +20,9 @@ recompute the noise and subtract it.
 Paper settings (Table dp-cliff, SST-2 OPT-1.3B FT; epsilon in
 {0.2, 0.3, 0.5, 1, 2}, delta = 1e-5): see :data:`DPZERO_PAPER_DEFAULTS` and
 :data:`DP_AGGZO_PAPER_DEFAULTS` (lr is the engine's, listed for completeness).
+The table's DPZero numbers came from the DP-AggZO code at K = 1
+(:class:`DPZeroAggZO1`, ``dpzero-aggzo1``); :class:`DPZero` is DPZero as its
+own paper specifies it.
 """
 from __future__ import annotations
 
@@ -409,3 +412,39 @@ class DPAggZO(_PoissonGaussianMechanism):
                 "laplace": (1 - dp_privacy.DP_AGGZO_GAUSSIAN_FRACTION) * self.epsilon,
             },
         }
+
+
+class DPZeroAggZO1(DPAggZO):
+    """DPZero as the paper's Table dp-cliff ran it: the DP-AggZO code with K = 1.
+
+    The authors' DPZero cells call their DP-AggZO baseline with one direction
+    (``N=1``), so the release is :class:`DPAggZO`'s at K = 1, which differs from
+    :class:`DPZero` (Zhang et al. 2024) in two places:
+
+    * the budget: the Gaussian steps get ``0.95 * epsilon``, the dataset size
+      ``N + Lap(1 / (0.05 epsilon))`` the rest (DPZero: all of it to the steps);
+    * the normaliser: ``q * (N + Lap(b))`` (DPZero: the public ``q * n_train``).
+
+    Clipping is the same (a K = 1 row clipped to L2 norm C is the scalar clipped
+    into [-C, C]) and ``coef = K * g = g``. Run it as ``mechanism: dpzero-aggzo1``;
+    ``dpzero`` stays DPZero as its own paper specifies it.
+    """
+
+    name = "dpzero-aggzo1"
+
+    def __init__(
+        self,
+        num_examples: int,
+        epsilon: float,
+        delta: float,
+        steps: int,
+        sample_rate: float,
+        clip: float,
+        num_directions: int = 1,
+        *,
+        accountant: str = "rdp",
+        seed: int | np.random.Generator | None = None,
+    ) -> None:
+        if num_directions != 1:
+            raise ValueError(f"{self.name} uses one direction per step, got num_directions={num_directions!r}")
+        super().__init__(num_examples, epsilon, delta, steps, sample_rate, clip, 1, accountant=accountant, seed=seed)

@@ -1,10 +1,11 @@
 """Reports: Markdown and CSV tables in the paper's layouts, privacy statements and PNG plots.
 
-    paczero report runs/            # writes runs/report/{report.md, runs.csv, cells.csv, plots/*.png}
+    paczero report runs/            # writes runs/report/{report.md, runs.csv, cells.csv, plots/}
 
 Every folder under RUNS_DIR holding a ``summary.json`` is a run. Runs are grouped
 into cells by the recipe ``paczero sweep`` recorded beside them (``seed<k>.yaml``),
-else by their folder: ``RUNS_DIR/<recipe>/seed<k>/`` belongs to cell ``<recipe>``.
+else by their folder: ``RUNS_DIR/<recipe>/seed<k>/`` belongs to cell ``<recipe>``; runs outside
+a sweep (each in its own folder) with one configuration pool into one cell named by their folders.
 Runs of one recipe whose settings differ (other than :data:`EXECUTION_KEYS`: seed,
 device, batching, ...) are separate cells, named with the differing keys; a cell
 whose settings differ from its shipped recipe says which, next to the paper's
@@ -16,9 +17,10 @@ Tables follow the paper where the cell's table is known (the first component
 of a shipped recipe name): ``headline`` (track x method rows, task x model
 columns), ``plateau``/``plateau-lora`` (MI columns; dev, test and unanimity
 rows), ``dp-cliff`` (method rows, epsilon columns); every other cell appears in
-the per-cell table. The paper's published numbers
-(``paczero/recipes/paper_results.csv``) are shown next to ours and overlaid on
-the plots as a reference series.
+the per-cell table. Ladder runs (``rungs``) add a T-ladder table under their
+table, one row per rung of one run per seed, and ``rungs.csv``. The paper's
+published numbers (``paczero/recipes/paper_results.csv``) are shown next to
+ours and overlaid on the plots as a reference series.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ from pathlib import Path
 
 from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row, experiment, find_runs, fmt_ms,
                                   group_cells, load_paper_results, mean_std, read_log, run_row)
-from paczero.report.plots import plot_dp_cliff, plot_mi_plateau, plot_trajectory, plot_unanimity
+from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
+from paczero.report.plots import plot_curves, plot_dp_cliff, plot_mi_plateau, plot_trajectory, plot_unanimity
 from paczero.report.tables import cell_table, dp_cliff_table, headline_table, plateau_table, privacy_table
 __all__ = ["write_report", "find_runs", "group_cells", "experiment", "read_log", "mean_std", "fmt_ms",
            "Run", "Cell", "RUN_COLUMNS", "CELL_COLUMNS"]
@@ -44,11 +47,23 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
                         for k in columns})
 
 
+def _selection_note(runs: list[Run]) -> str:
+    """Which dev metric chose the released weights, with how many runs each (summary.json's select_metric)."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in runs:
+        chosen = r.summary.get("select_metric") or (r.summary.get("metric", "accuracy") if r.cfg.get("dev_best", True)
+                                                    else "none (final weights)")
+        counts[chosen] += 1
+    return " Dev-best selection by: " + ", ".join(f"{k} ({n} run{'s' if n > 1 else ''})"
+                                                   for k, n in sorted(counts.items())) + "."
+
+
 def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_overlay: bool = True,
                  trajectories: str = "first-seed") -> Path:
     """Write report.md, runs.csv, cells.csv and plots/*.png for every run under ``runs_dir``; return the folder.
 
-    ``trajectories``: ``"first-seed"`` (one trajectory plot per cell) or ``"none"``.
+    ``trajectories``: ``"first-seed"`` (per cell: the first seed's trajectory plot and the curves of all its
+    runs, ``plots/curves/``) or ``"none"``.
     """
     root = Path(runs_dir).expanduser()
     out_dir = Path(out).expanduser() if out else root / "report"
@@ -60,6 +75,8 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     out_dir.mkdir(parents=True, exist_ok=True)
     _write_csv(out_dir / "runs.csv", RUN_COLUMNS, [run_row(r) for r in runs])
     _write_csv(out_dir / "cells.csv", CELL_COLUMNS, [cell_row(c) for c in cells])
+    if any(r.rungs for r in runs):
+        _write_csv(out_dir / "rungs.csv", RUNG_COLUMNS, rung_rows(runs))
 
     plots_dir = out_dir / "plots"
     plots = {
@@ -69,8 +86,10 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     }
     if trajectories == "first-seed":
         for c in cells:
-            name = re.sub(r"[^A-Za-z0-9_.-]+", "_", c.name) + f"_seed{c.runs[0].cfg.get('seed')}.png"
-            plots[f"Trajectory: {c.name}"] = plot_trajectory(c.runs[0], plots_dir / "trajectories" / name)
+            stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", c.name)
+            plots[f"Trajectory: {c.name}"] = plot_trajectory(c.runs[0], plots_dir / "trajectories"
+                                                             / f"{stem}_seed{c.runs[0].seed}.png")
+            plots[f"Curves: {c.name}"] = plot_curves(c, plots_dir / "curves" / f"{stem}.png")
 
     by_table: dict[str, list[Cell]] = defaultdict(list)
     for c in cells:
@@ -81,7 +100,8 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
           + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
              "differ from the recipe's in the keys named, so it is a reference for another experiment)."
              if paper_overlay else "")
-          + " Runs of one recipe with other settings are separate cells, named with the keys that differ.", ""]
+          + " Runs of one recipe with other settings are separate cells, named with the keys that differ."
+          + _selection_note(runs), ""]
     layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
                "dp-cliff": dp_cliff_table}
     for table in sorted(by_table):
@@ -94,6 +114,13 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
         md += [(layout or cell_table)(by_table[table], paper_overlay), ""]
         if layout:
             md += [cell_table(by_table[table], paper_overlay), ""]
+        ladders = [c for c in by_table[table] if any(r.rungs for r in c.runs)]
+        if ladders:
+            md += [f"### {table}: T-ladders", "",
+                   "One run per seed, its weights saved and evaluated at each rung T of that one trajectory (the "
+                   "learning-rate schedule spans the last rung). Dev-best rung: each seed's rung with the best dev "
+                   "metrics (by its selection metric; a choice that reads dev only).", "",
+                   ladder_table(ladders, paper_overlay), ""]
     md += ["## Privacy statement per run", "",
            "PAC runs: the guarantee, I(S*; transcript) ≤ the MI budget (0 for PAC-ZPL), its bound on the informed "
            "adversary's MIA success (prior 0.5) and the DP ε with the same MIA bound (a reference point only; PAC "

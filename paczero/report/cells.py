@@ -17,8 +17,9 @@ from paczero.recipes import recipes_root
 PAPER_RESULTS = recipes_root() / "paper_results.csv"
 RUN_COLUMNS = ["cell", "table", "seed", "task", "model", "track", "mechanism", "mi_budget", "epsilon",
                "num_directions", "steps", "lr", "clip", "metric", "test", "dev", "zero_shot_test", "selected_step",
-               "unanimity_rate", "free_frac", "mi_bound", "mia_bound", "matched_dp_epsilon", "mi_spent_realised",
-               "epsilon_rdp", "epsilon_pld", "delta", "noise_multiplier", "sample_rate", "seconds_per_step", "run_dir"]
+               "select_metric", "unanimity_rate", "free_frac", "mi_bound", "mia_bound", "matched_dp_epsilon",
+               "mi_spent_realised", "epsilon_rdp", "epsilon_pld", "delta", "noise_multiplier", "sample_rate",
+               "seconds_per_step", "run_dir"]
 CELL_COLUMNS = ["cell", "table", "method", "task", "model", "track", "steps", "n", "seeds", "test_mean", "test_std",
                 "dev_mean", "dev_std", "unanimity_mean", "mi_bound_max", "mia_bound_max", "mi_spent_realised_max",
                 "paper_test", "paper_std", "paper_n", "recipe_changed"]
@@ -42,10 +43,27 @@ class Run:
     def privacy(self) -> dict:
         return self.summary.get("privacy") or {}
 
+    @property
+    def seed(self) -> int | None:
+        """The run's seed: k of a sweep's ``seed<k>`` folder (the seed the sweep set, in whichever config field
+        its recipe's ``seed_field`` names), else the config's public seed."""
+        m = re.fullmatch(r"seed(\d+)", self.run_dir.name)
+        return int(m.group(1)) if m else self.cfg.get("seed")
+
     def metric(self, split: str) -> float | None:
         """The task metric on ``split`` ("test", "dev"), in percent."""
         values = self.summary.get(split) or {}
         v = values.get(self.summary.get("metric", "accuracy"))
+        return None if v is None else 100.0 * float(v)
+
+    @property
+    def rungs(self) -> list[dict]:
+        """A ladder run's rungs (summary.json ``rungs``): this one trajectory's weights at each rung."""
+        return self.summary.get("rungs") or []
+
+    def rung_metric(self, rung: dict | None, split: str) -> float | None:
+        """The task metric of a rung on ``split`` ("test", "dev"), in percent."""
+        v = ((rung or {}).get(split) or {}).get(self.summary.get("metric", "accuracy"))
         return None if v is None else 100.0 * float(v)
 
     @property
@@ -56,11 +74,14 @@ class Run:
 
 
 def find_runs(runs_dir: str | Path, *, exclude: Path | None = None) -> list[Run]:
-    """Every run (a folder with summary.json) under ``runs_dir``, sorted by cell and seed."""
+    """Every run (a folder with summary.json) under ``runs_dir``, sorted by cell and seed. A sweep's run belongs
+    to its recipe's cell; runs outside a sweep (each in its own folder) whose settings are the same but for
+    :data:`EXECUTION_KEYS` (seeds, folder, device, ...) pool into one cell, named by their folders."""
     root = Path(runs_dir).expanduser()
     if not root.is_dir():
         raise ValueError(f"runs folder {str(runs_dir)!r} does not exist")
-    runs = []
+    runs: list[Run] = []
+    outside: dict[tuple[str, str], list[Run]] = defaultdict(list)
     for path in sorted(root.rglob("summary.json")):
         run_dir = path.parent
         if exclude is not None and exclude in run_dir.parents:
@@ -72,12 +93,20 @@ def find_runs(runs_dir: str | Path, *, exclude: Path | None = None) -> list[Run]
         if "config" not in summary:
             continue
         cell = _recorded_recipe(run_dir)
+        loose = False  # a run outside a sweep: its own folder names it
         if cell is None:
             rel = run_dir.relative_to(root)
             cell_path = rel.parent if re.fullmatch(r"seed\d+", rel.name) and rel.parent != Path(".") else rel
-            cell = str(cell_path) if str(cell_path) != "." else run_dir.name
-        runs.append(Run(cell, cell.split("/")[0] if "/" in cell else "other", run_dir, summary))
-    return sorted(runs, key=lambda r: (r.cell, r.cfg.get("seed", 0)))
+            cell, loose = (str(cell_path) if str(cell_path) != "." else run_dir.name), cell_path == rel
+        run = Run(cell, cell.split("/")[0] if "/" in cell else "other", run_dir, summary)
+        runs.append(run)
+        if loose:
+            outside[(run.table, json.dumps(experiment(run.cfg), sort_keys=True, default=str))].append(run)
+    for group in outside.values():  # runs outside a sweep with one configuration: one cell, its seeds its runs
+        names = sorted(r.cell for r in group)
+        for r in group:
+            r.cell = " + ".join(names) if len(names) <= 3 else f"{names[0]} + {len(names) - 1} more"
+    return sorted(runs, key=lambda r: (r.cell, r.seed or 0))
 
 
 def _recorded_recipe(run_dir: Path) -> str | None:
@@ -133,9 +162,15 @@ def method_label(cfg: dict) -> str:
         return f"DPZero K=1 ε={cfg.get('epsilon'):g}"
     elif mech == "dp-aggzo":
         return f"DP-AggZO K={k} ε={cfg.get('epsilon'):g}"
+    elif mech == "dpzero-aggzo1":
+        return f"{DP_NAMES[mech]} K=1 ε={cfg.get('epsilon'):g}"
     else:
         label = str(mech)
     return label + (f" K={k}" if k and k > 1 else "")
+
+
+#: the DP baselines' names in tables and plots
+DP_NAMES = {"dpzero": "DPZero", "dp-aggzo": "DP-AggZO", "dpzero-aggzo1": "DPZero (DP-AggZO code)"}
 
 
 def model_label(model: str) -> str:
@@ -144,12 +179,13 @@ def model_label(model: str) -> str:
 
 
 #: config keys that say where and how a run was executed, not what it measures: runs that differ only in
-#: these pool into one cell (the seed is what a cell's runs differ in)
+#: these pool into one cell (the seeds are what a cell's runs differ in: the public seed, or the data seed
+#: where the recipe's sweep seeds set that, as the paper's recipes do)
 
 
-EXECUTION_KEYS = frozenset({"seed", "private_seed", "out_dir", "overwrite", "resume", "progress", "device",
-                            "device_map", "token_budget", "lockstep_batches", "compile", "checkpoint_every",
-                            "eval_zero_shot"})
+EXECUTION_KEYS = frozenset({"seed", "data_seed", "private_seed", "out_dir", "overwrite", "resume", "progress",
+                            "report_to", "device", "device_map", "token_budget", "lockstep_batches", "compile",
+                            "checkpoint_every", "eval_zero_shot"})
 
 
 def experiment(cfg: dict) -> dict:
@@ -166,12 +202,20 @@ class Cell:
     runs: list[Run] = field(default_factory=list)
     paper: dict | None = None
     changed: list[str] = field(default_factory=list)
+    paper_rungs: dict[int, dict] = field(default_factory=dict)  # a ladder: the paper's figure at each rung
 
     @property
     def cfg(self) -> dict:
         return self.runs[0].cfg
 
+    @property
+    def by_dev_best_rung(self) -> bool:
+        """Whether the cell's figure is each seed's dev-best rung (the paper's, for its canonical ladder cells)."""
+        return (self.paper or {}).get("rung_statistic") == "dev-best-rung" and all(r.rungs for r in self.runs)
+
     def stat(self, what: str) -> tuple[float | None, float | None, int]:
+        if what in ("test", "dev") and self.by_dev_best_rung:
+            return mean_std(r.rung_metric(dev_best_rung(r), what) for r in self.runs)
         if what in ("test", "dev"):
             return mean_std(r.metric(what) for r in self.runs)
         if what == "unanimity":
@@ -184,7 +228,17 @@ class Cell:
             std = self.paper.get("std")
             s += f" [paper {float(self.paper['reported_test']):.2f}" + (f" ± {float(std):.2f}" if std else "")
             s += (f"; recipe changed: {', '.join(self.changed)}]" if self.changed else "]")
-        return s
+        return s + (" (each seed's dev-best rung)" if self.by_dev_best_rung and what in ("test", "dev") else "")
+
+
+def dev_best_rung(run: Run) -> dict | None:
+    """The run's rung whose dev metrics are best by the run's selection metric (``select_metric``, else the
+    task's; "loss": the lowest): a choice that reads dev only. A tie goes to the earlier rung."""
+    metric = run.summary.get("select_metric") or run.cfg.get("select_metric") or run.summary.get("metric", "accuracy")
+    sign = -1.0 if metric == "loss" else 1.0
+    scored = [(sign * r["dev"][metric], -r["step"], i) for i, r in enumerate(run.rungs)
+              if r.get("dev") and r["dev"].get(metric) is not None]
+    return run.rungs[max(scored)[2]] if scored else None
 
 
 def _pct(v: Any) -> float | None:
@@ -194,7 +248,11 @@ def _pct(v: Any) -> float | None:
 def group_cells(runs: list[Run], paper_rows: list[dict]) -> list[Cell]:
     """One cell per recipe and settings: runs of one recipe with other settings (a sweep re-run with other
     ``--set`` values) are separate cells, named with the keys that tell them apart."""
-    by_recipe = {r["recipe"]: r for r in paper_rows if r.get("recipe")}
+    by_recipe = {r["recipe"]: r for r in paper_rows if r.get("recipe") and not r.get("rung")}
+    by_rung: dict[str, dict[int, dict]] = defaultdict(dict)  # a ladder recipe's figure at each rung
+    for r in paper_rows:
+        if r.get("recipe") and r.get("rung"):
+            by_rung[r["recipe"]][int(r["rung"])] = r
     variants: dict[str, dict[str, list[Run]]] = defaultdict(dict)
     for run in runs:
         variants[run.cell].setdefault(json.dumps(experiment(run.cfg), sort_keys=True, default=str), []).append(run)
@@ -206,7 +264,7 @@ def group_cells(runs: list[Run], paper_rows: list[dict]) -> list[Cell]:
         for group, cfg in zip(groups.values(), configs):
             label = name if not differing else f"{name} [{' '.join(f'{k}={cfg.get(k)}' for k in differing)}]"
             cells.append(Cell(label, group[0].table, group, paper=by_recipe.get(name),
-                              changed=_changed_from_recipe(name, cfg)))
+                              changed=_changed_from_recipe(name, cfg), paper_rungs=by_rung.get(name, {})))
     return cells
 
 
@@ -275,12 +333,13 @@ def run_row(run: Run) -> dict[str, Any]:
     cfg, p = run.cfg, run.privacy
     steps = p.get("steps") or cfg.get("steps")
     return {
-        "cell": run.cell, "table": run.table, "seed": cfg.get("seed"), "task": cfg.get("task"),
+        "cell": run.cell, "table": run.table, "seed": run.seed, "task": cfg.get("task"),
         "model": cfg.get("model"), "track": cfg.get("track"), "mechanism": cfg.get("mechanism"),
         "mi_budget": cfg.get("mi_budget"), "epsilon": cfg.get("epsilon"), "num_directions": cfg.get("num_directions"),
         "steps": cfg.get("steps"), "lr": cfg.get("lr"), "clip": cfg.get("clip"), "metric": run.summary.get("metric"),
         "test": run.metric("test"), "dev": run.metric("dev"), "zero_shot_test": run.zero_shot_test,
-        "selected_step": run.summary.get("selected_step"), "unanimity_rate": p.get("unanimity_rate"),
+        "selected_step": run.summary.get("selected_step"), "select_metric": run.summary.get("select_metric"),
+        "unanimity_rate": p.get("unanimity_rate"),
         "free_frac": (p["free_steps"] / steps) if p.get("free_steps") is not None and steps else None,
         **privacy_rows(run), "seconds_per_step": run.summary.get("seconds_per_step"), "run_dir": str(run.run_dir),
     }
@@ -295,7 +354,7 @@ def cell_row(c: Cell) -> dict[str, Any]:
     p = c.paper or {}
     return {"cell": c.name, "table": c.table, "method": method_label(c.cfg), "task": c.cfg.get("task"),
             "model": c.cfg.get("model"), "track": c.cfg.get("track"), "steps": c.cfg.get("steps"), "n": t[2],
-            "seeds": " ".join(str(r.cfg.get("seed")) for r in c.runs), "test_mean": t[0], "test_std": t[1],
+            "seeds": " ".join(str(r.seed) for r in c.runs), "test_mean": t[0], "test_std": t[1],
             "dev_mean": d[0], "dev_std": d[1], "unanimity_mean": u[0], "mi_bound_max": max(bounds) if bounds else None,
             "mia_bound_max": max(mias) if mias else None,
             "mi_spent_realised_max": max(spent) if spent else None, "paper_test": p.get("reported_test") or None,

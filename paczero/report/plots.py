@@ -1,11 +1,13 @@
-"""A report's PNG plots: accuracy against the MI budget, the DP cliff, unanimity, one run's trajectory."""
+"""A report's PNG plots: accuracy against the MI budget, the DP cliff, unanimity, one run's trajectory, a cell's
+curves (paczero/curves.py)."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import Cell, Run, _task_label, mean_std, model_label, read_log
+from paczero.report.cells import DP_NAMES, Cell, Run, _task_label, mean_std, model_label, read_log
 
 
 def _pyplot():
@@ -69,7 +71,7 @@ def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay
     for (mech, k, steps), cs in sorted(series.items()):
         cs = sorted(cs, key=lambda c: c.cfg["epsilon"])
         stats = [c.stat("test") for c in cs]
-        name = "DPZero" if mech == "dpzero" else "DP-AggZO"
+        name = DP_NAMES.get(mech, mech)
         ax.errorbar([c.cfg["epsilon"] for c in cs], [s[0] for s in stats], yerr=[s[1] or 0.0 for s in stats],
                     marker="o", capsize=3, label=f"{name} K={k} T={steps} (ours)")
     ref = dp[0].cfg
@@ -87,7 +89,7 @@ def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay
                          if r["table"] == "dp-cliff" and (r["mechanism"], r["num_directions"], r["steps"]) == (mech, k, steps))
             if len(pts) > 1:
                 ax.plot(*zip(*pts), "--", marker="x", alpha=0.6,
-                        label=f"paper: {'DPZero' if mech == 'dpzero' else 'DP-AggZO'} K={k}")
+                        label=f"paper: {DP_NAMES.get(mech, mech)} K={k}")
         zp = [r for r in paper_rows if r["recipe"] == f"headline/{ref['task']}-opt{model_label(ref['model']).lower()}-"
               f"{ref['track']}-zpl"]
         if zp:
@@ -114,9 +116,12 @@ def plot_trajectory(run: Run, path: Path) -> Path | None:
         frac.append(unanimous / i)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    ax.plot(steps, [r.get("cum_mi", 0.0) for r in log], color="tab:red", label="cumulative MI charged, this run (nats)")
+    cum = [r.get("cum_mi") or 0.0 for r in log]
+    ax.plot(steps, cum, color="tab:red", label="cumulative MI charged, this run (nats)")
     if run.cfg.get("mi_budget"):
         ax.axhline(run.cfg["mi_budget"], color="tab:red", ls=":", alpha=0.6, label="MI budget (the guarantee)")
+    top = max([*cum, run.cfg.get("mi_budget") or 0.0])
+    ax.set_ylim(0.0, 1.05 * top if top > 0 else 1.0)  # MI is >= 0: 0 is the floor (PAC-ZPL charges none)
     ax.set_xlabel("step")
     ax.set_ylabel("cumulative MI charged (nats)", color="tab:red")
     ax2 = ax.twinx()
@@ -127,8 +132,18 @@ def plot_trajectory(run: Run, path: Path) -> Path | None:
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="center right")
-    ax.set_title(f"{run.cell} seed {run.cfg.get('seed')}", fontsize=9)
+    ax.set_title(f"{run.cell} seed {run.seed}", fontsize=9)
     return _save(fig, path)
+
+
+def plot_curves(cell: Cell, path: Path) -> Path | None:
+    """The curves of a cell's runs (train loss, dev metric, privacy spent, unanimity), one line per run."""
+    from paczero.curves import draw_curves
+
+    def label(r: Run) -> str:
+        return f"seed {r.seed}" if re.fullmatch(r"seed\d+", r.run_dir.name) else f"{r.run_dir.name} (seed {r.seed})"
+
+    return draw_curves([(label(r), r.run_dir) for r in cell.runs], path, f"{cell.name} (n={len(cell.runs)})")
 
 
 def plot_unanimity(cells: list[Cell], path: Path, overlay: bool) -> Path | None:

@@ -6,7 +6,8 @@ from collections import defaultdict
 from typing import Any
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import Cell, Run, _g, _task_label, fmt_ms, method_label, model_label, privacy_rows
+from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, method_label, model_label,
+                                  privacy_rows)
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -64,8 +65,7 @@ def plateau_table(cells: list[Cell], paper: bool) -> str:
 
 def dp_cliff_table(cells: list[Cell], paper: bool) -> str:
     def row(c: Cell):
-        name = "DPZero" if c.cfg["mechanism"] == "dpzero" else ("DP-AggZO" if c.cfg["mechanism"] == "dp-aggzo"
-                                                                else method_label(c.cfg))
+        name = DP_NAMES.get(c.cfg["mechanism"]) or method_label(c.cfg)
         return (f"{name} K={c.cfg.get('num_directions', 1)} {c.cfg['track'].upper()}", c.cfg["steps"])
     cols, rows = pivot(cells, row, lambda c: c.cfg.get("epsilon") if c.cfg.get("epsilon") is not None else math.inf,
                        lambda c: c.text("test", paper))
@@ -97,5 +97,5 @@ def privacy_table(runs: list[Run]) -> str:
                     + f"; realised spend {_g(p.get('mi_spent'))} nats (this run, not a bound)")
             if p.get("secret_source") not in (None, "os-entropy"):
                 stmt += "; FIXED private seed (not private)"
-        rows.append([r.cell, r.cfg.get("seed"), method_label(r.cfg), stmt, _g(privacy_rows(r)["mia_bound"])])
+        rows.append([r.cell, r.seed, method_label(r.cfg), stmt, _g(privacy_rows(r)["mia_bound"])])
     return markdown_table(["Cell", "Seed", "Method", "Privacy statement", "MIA bound"], rows)

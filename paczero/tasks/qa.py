@@ -9,9 +9,21 @@ target ``" {first answer}\\n"``. Two training objectives:
 - ``"f1"``: minus the token F1 of a greedy generation (the paper's
   non-differentiable objective); costs a ``generate`` call per batch.
 
-Evaluation generates greedily (``max_new_tokens``, stopping at a newline or
-EOS) and reports SQuAD-normalised F1 and exact match as fractions in [0, 1],
-the maximum over the gold answers, plus the answer NLL as ``loss``.
+Generation (the f1 objective and evaluation) is greedy, at most
+``max_new_tokens`` tokens, and ends where ``answer_stop`` says:
+
+- ``"newline-token"`` (default; the paper's scripts): at the tokenizer's
+  newline token (the last id of ``"\n"`` encoded alone) or EOS; the answer is
+  the decoded text up to and including that token, stripped. A token that merely
+  contains a newline (``"\n\n"``) does not end it.
+- ``"any-newline"``: at any token whose text contains a newline, or EOS; the
+  answer is the first line, stripped.
+
+Prompts lose tokens from the left (the question stays) so that a prompt plus
+``max_new_tokens`` generated tokens, and a prompt plus its target, fit
+``max_length`` (2048, as the scripts). Evaluation reports SQuAD-normalised F1
+and exact match as fractions in [0, 1], the maximum over the gold answers, plus
+the answer NLL as ``loss``.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from paczero.tasks.batching import (
     prompt_prefix,
     right_align,
     target_logprobs,
+    is_cut,
     tokenize,
     truncate_left,
 )
@@ -42,6 +55,7 @@ from paczero.tasks.classification import template_fields
 
 SQUAD_TEMPLATE = "Title: {title}\nContext: {context}\nQuestion: {question}\nAnswer:"
 OBJECTIVES = ("nll", "f1")
+ANSWER_STOPS = ("newline-token", "any-newline")
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -103,25 +117,32 @@ class SquadTask:
         tokenizer,
         objective: str = "nll",
         max_new_tokens: int = 50,
-        max_length: int = 1024,
+        max_length: int = 2048,
         template: str = SQUAD_TEMPLATE,
+        answer_stop: str = "newline-token",
     ):
         if objective not in OBJECTIVES:
             raise ValueError(f"SQuAD objective must be one of {OBJECTIVES}, got {objective!r}")
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if int(max_length) <= int(max_new_tokens):
+            raise ValueError(f"max_length ({max_length}) must exceed max_new_tokens ({max_new_tokens})")
+        if answer_stop not in ANSWER_STOPS:
+            raise ValueError(f"answer_stop must be one of {ANSWER_STOPS}, got {answer_stop!r}")
         self.name = "squad"
         self.tokenizer = tokenizer
         self.objective = objective
         self.max_new_tokens = int(max_new_tokens)
         self.max_length = int(max_length)
         self.template = template
+        self.answer_stop = answer_stop
         self.pad_id = pad_token_id(tokenizer)
         self.prefix = prompt_prefix(tokenizer)
         self._stop_mask = None
 
     def __repr__(self) -> str:
-        return f"SquadTask(objective={self.objective!r}, max_new_tokens={self.max_new_tokens})"
+        return (f"SquadTask(objective={self.objective!r}, max_new_tokens={self.max_new_tokens}, "
+                f"max_length={self.max_length}, answer_stop={self.answer_stop!r})")
 
     # -- encoding and batching ----------------------------------------------
     def encode(self, examples: Sequence[Mapping]) -> list[Encoded]:
@@ -142,8 +163,11 @@ class SquadTask:
             targets.append(f" {answers[0]}\n")
             golds.append(tuple(answers))
         encoded = []
+        self.truncated = 0  # of this call's examples
         for ids, target, answers in zip(tokenize(self.tokenizer, prompts), tokenize(self.tokenizer, targets), golds):
-            room = max(self.max_length - len(target) + 1, 1)
+            # the prompt fits max_length with its target (teacher forcing) and with a generated answer
+            room = max(self.max_length - max(len(target) - 1, self.max_new_tokens), 1)
+            self.truncated += is_cut(ids, room, self.prefix)
             encoded.append(Encoded(
                 prompt_ids=np.asarray(truncate_left(ids, room, self.prefix), dtype=np.int64),
                 target_ids=np.asarray(target, dtype=np.int64),
@@ -192,27 +216,37 @@ class SquadTask:
         return torch.tensor(negative_f1, dtype=torch.float32, device=batch.input_ids.device)
 
     def generate(self, model, batch: Batch) -> list[str]:
-        """Greedy answers for a batch of prompts, cut at the first newline."""
+        """Greedy answers for a batch of prompts, ended as ``answer_stop`` says (module docstring)."""
         from transformers import GenerationConfig, StoppingCriteriaList
 
         eos = self.tokenizer.eos_token_id
+        stops = [i for i in (self.newline_id() if self.answer_stop == "newline-token" else None, eos) if i is not None]
         config = GenerationConfig(
             max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1,
-            pad_token_id=self.pad_id, eos_token_id=eos,
+            pad_token_id=self.pad_id, eos_token_id=stops or None,
         )
+        criteria = [] if self.answer_stop == "newline-token" else [_StopAtNewline(self.stop_mask())]
         with torch.inference_mode():
             out = model.generate(
                 input_ids=batch.input_ids,
                 attention_mask=batch.attention_mask,
                 generation_config=config,
-                stopping_criteria=StoppingCriteriaList([_StopAtNewline(self.stop_mask())]),
+                stopping_criteria=StoppingCriteriaList(criteria),
             )
         new_tokens = out[:, batch.input_ids.shape[1]:].tolist()
-        texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
-        return [text.split("\n", 1)[0].strip() for text in texts]
+        if self.answer_stop == "any-newline":
+            texts = self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
+            return [text.split("\n", 1)[0].strip() for text in texts]
+        # a finished row is padded to the batch's length: read each up to its first stop token
+        rows = [row[:next((k + 1 for k, t in enumerate(row) if t in stops), len(row))] for row in new_tokens]
+        return [text.strip() for text in self.tokenizer.batch_decode(rows, skip_special_tokens=True)]
+
+    def newline_id(self) -> int:
+        """The newline token: the last id of ``"\\n"`` encoded alone (as the paper's scripts find it)."""
+        return self.tokenizer("\n", add_special_tokens=False)["input_ids"][-1]
 
     def stop_mask(self) -> torch.Tensor:
-        """Boolean mask over the vocabulary of tokens whose text contains a newline."""
+        """Boolean mask over the vocabulary of tokens whose text contains a newline (``"any-newline"``)."""
         if self._stop_mask is None:
             vocab = len(self.tokenizer)
             texts = self.tokenizer.batch_decode([[i] for i in range(vocab)])
