@@ -273,7 +273,7 @@ def test_squad_target_is_first_answer_with_newline(tokenizer):
     assert tokenizer.decode(enc[0].target_ids) == " Paris\n"
     assert enc[1].answers == ("July 1969",)
     assert tokenizer.decode(enc[0].prompt_ids).endswith("Question: What is the capital of France?\nAnswer:")
-    short = build_task("squad", tokenizer, max_length=24).encode(QA)
+    short = build_task("squad", tokenizer, max_length=24, max_new_tokens=4).encode(QA)
     assert all(len(e.prompt_ids) + len(e.target_ids) - 1 <= 24 for e in short)
     assert tokenizer.decode(short[1].prompt_ids).endswith("\nAnswer:")
 
@@ -291,7 +291,7 @@ def test_squad_padded_generation_matches_one_at_a_time(tokenizer, kind):
 
 
 def test_squad_generation_stops_at_newline(tokenizer, llama):
-    task = build_task("squad", tokenizer, objective="f1", max_new_tokens=6)
+    task = build_task("squad", tokenizer, objective="f1", max_new_tokens=6, answer_stop="any-newline")
     (batch,) = task.make_batches(task.encode(QA), token_budget=10_000, max_padding=None)
     calls = []
     hook = llama.register_forward_hook(lambda *args: calls.append(1))
@@ -334,6 +334,73 @@ def test_squad_f1_objective_and_evaluate_read_the_first_line(tokenizer, llama):
     metrics = task.evaluate(llama, task.encode(QA), token_budget=256)
     assert set(metrics) == {"loss", "f1", "em"} and 0.0 <= metrics["f1"] <= 1.0 and metrics["loss"] > 0
     assert task.evaluate(llama, task.encode(QA), token_budget=256) == metrics
+
+
+class _ConstantHead(torch.nn.Module):
+    """An LM head that always ranks one token first: greedy generation repeats it."""
+
+    def __init__(self, vocab: int, token: int):
+        super().__init__()
+        self.vocab, self.token = vocab, token
+
+    def forward(self, hidden):
+        logits = torch.zeros(*hidden.shape[:-1], self.vocab, dtype=hidden.dtype, device=hidden.device)
+        logits[..., self.token] = 10.0
+        return logits
+
+
+@pytest.mark.parametrize("stop,token,forwards", [
+    ("newline-token", 198, 1),    # "\n": the newline token ends the answer at once
+    ("newline-token", 1116, 6),   # "\n\n" contains a newline but is not the newline token: runs to the cap
+    ("any-newline", 1116, 1),     # any token containing a newline ends it
+    ("newline-token", 2, 1),      # EOS
+])
+def test_squad_answer_stop_rules_end_generation_where_they_say(tokenizer, stop, token, forwards):
+    """The paper's scripts pass eos_token_id=[the id of "\n" encoded alone, EOS] (a mutant stopping at every
+    newline-bearing token fails the second case; one ignoring the newline token, the first)."""
+    model = tiny_model("llama", len(tokenizer)).eval()
+    model.lm_head = _ConstantHead(len(tokenizer), token)
+    task = build_task("squad", tokenizer, objective="f1", max_new_tokens=6, answer_stop=stop)
+    assert tokenizer.decode([198]) == "\n" and tokenizer.decode([1116]) == "\n\n" and tokenizer.eos_token_id == 2
+    (batch,) = task.make_batches(task.encode(QA), token_budget=10_000, max_padding=None)
+    calls = []
+    hook = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        assert task.generate(model, batch) == [""] * 3
+    finally:
+        hook.remove()
+    assert len(calls) == forwards
+
+
+def test_squad_newline_token_answer_is_the_stripped_text_up_to_the_newline_token(tokenizer):
+    """Under "newline-token" the answer runs to the first newline token: a "\n\n" token inside it stays (the
+    scripts strip the decoded text and score all of it); "any-newline" keeps the first line only."""
+    reply = [7042, 1116, 17872, 42, 1792, 198, 7042]  # " Paris" "\n\n" "Question: x" "\n" " Paris"
+    assert tokenizer.decode(reply) == " Paris\n\nQuestion: x\n Paris"
+    scripted = ScriptedGenerator(tokenizer, "")
+    scripted.reply = reply
+    answers = {}
+    for stop in ("newline-token", "any-newline"):
+        task = build_task("squad", tokenizer, objective="f1", answer_stop=stop)
+        (batch,) = task.make_batches(task.encode(QA[:1]), token_budget=10_000, max_padding=None)
+        answers[stop] = (task.generate(scripted, batch), task.losses(scripted, batch).tolist())
+    assert answers["newline-token"] == (["Paris\n\nQuestion: x"], [pytest.approx(-0.5)])  # F1 of 3 tokens vs 1
+    assert answers["any-newline"] == (["Paris"], [-1.0])
+
+
+def test_squad_prompts_leave_room_for_the_answer_and_the_generation(tokenizer):
+    """A long context loses tokens from the left so that prompt + max_new_tokens and prompt + target fit
+    max_length (the scripts truncate prompts to max_length - max_new_tokens)."""
+    long = [{**QA[0], "context": "word " * 400}]
+    for max_length, new in ((128, 50), (128, 8)):
+        task = build_task("squad", tokenizer, max_length=max_length, max_new_tokens=new)
+        (e,) = task.encode(long)
+        assert len(e.prompt_ids) + max(new, len(e.target_ids) - 1) == max_length
+        assert tokenizer.decode(e.prompt_ids).endswith("\nAnswer:")
+    with pytest.raises(ValueError, match="max_length"):
+        build_task("squad", tokenizer, max_length=50, max_new_tokens=50)
+    with pytest.raises(ValueError, match="answer_stop"):
+        build_task("squad", tokenizer, answer_stop="eos")
 
 
 def test_squad_bad_options(tokenizer):
@@ -407,3 +474,173 @@ def test_option_rows_are_perturbed_like_the_full_head(tokenizer, monkeypatch, ca
         clean = task.losses(model, batch)
     assert not torch.allclose(out["rows"], clean, atol=1e-3)  # the perturbation is large enough to show
     torch.testing.assert_close(out["rows"], out["full"], atol=1e-5, rtol=1e-5)
+
+
+def test_sst2_prompt_is_the_scripts_encoding_of_the_stripped_sentence():
+    """GLUE's SST-2 sentences end in a space. The authors' scripts build ``sentence.strip() + " It was"`` and
+    encode it with the tokenizer's specials (OPT: a leading ``</s>`` BOS, no EOS); the prompt ids here must be
+    exactly those. The tokenizer is a byte-level BPE with OPT's post-processing, so a doubled space would be
+    a token of its own. Red if the sentence is not stripped, or if the BOS is dropped or doubled."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from paczero.tasks.classification import ClassificationTask
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["a charming and often affecting journey . It was great", "It was terrible"],
+                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "</s>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(single="</s> $A", special_tokens=[("</s>", 1)])
+    opt_like = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="</s>", eos_token="</s>", pad_token="<pad>")
+    sentence = "a charming and often affecting journey . "  # as GLUE stores it
+    scripts = opt_like(sentence.strip() + " It was")["input_ids"]  # the scripts' tokenizer.encode(prompt)
+    assert scripts[0] == 1 and scripts != opt_like(sentence + " It was")["input_ids"]  # the space is a token
+    task = ClassificationTask(opt_like)
+    assert task.encode([{"sentence": sentence, "label": 1}])[0].prompt_ids.tolist() == scripts
+
+
+# -- completion ------------------------------------------------------------------------
+COMPLETIONS = [
+    {"prompt": "Customer: Where is order 12345?\nAgent:", "completion": " It ships today. - Support"},
+    {"prompt": "Q: 2 + 2?\nA:", "completion": " 4"},
+    {"prompt": "Translate to French: good morning\n", "completion": "bonjour, tout le monde et bonne journée"},
+]
+CHAT = [{"role": "user", "content": "Where is order 12345?"},
+        {"role": "assistant", "content": "It ships today."},
+        {"role": "user", "content": "Thanks. And order 777?"},
+        {"role": "assistant", "content": "Order 777 arrives on Friday."}]
+
+
+def test_completion_loss_is_the_mean_nll_of_exactly_the_completion_tokens(tokenizer, model):
+    """The per-sample loss, from length-sorted left-padded batches, equals a hand computation from one
+    unpadded forward per example: the mean over the completion tokens (the text's tokens and EOS) of
+    -log softmax(logits)[position before the token, token]. Red if prompt tokens are scored, the EOS is left
+    out, a position is shifted, or the loss is a sum instead of a mean."""
+    task = build_task("completion", tokenizer)
+    assert task.metric == "loss"
+    enc = task.encode(COMPLETIONS)
+    for ex, e in zip(COMPLETIONS, enc):  # the targets are the completion's own tokens, then EOS
+        assert list(e.target_ids) == tokenizer(ex["completion"], add_special_tokens=False)["input_ids"] + [
+            tokenizer.eos_token_id]
+        assert list(e.prompt_ids) == tokenizer(ex["prompt"], add_special_tokens=False)["input_ids"]
+    got = all_losses(task, model, COMPLETIONS, token_budget=48)
+    want = []
+    with torch.inference_mode():
+        for ex in COMPLETIONS:
+            prompt = tokenizer(ex["prompt"], add_special_tokens=False)["input_ids"]
+            target = tokenizer(ex["completion"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            logits = model(input_ids=torch.tensor([prompt + target])).logits[0].double()
+            logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+            want.append(-sum(logp[len(prompt) - 1 + j, t] for j, t in enumerate(target)) / len(target))
+    torch.testing.assert_close(got, torch.stack(want).float(), atol=1e-5, rtol=1e-5)
+
+
+def test_completion_chat_messages_render_through_the_chat_template(tokenizer, llama):
+    """A messages example: the prompt is the template's rendering of every message but the last with the
+    generation prompt, and prompt + target is the template's rendering of the whole conversation (the
+    assistant's end-of-turn token included), token for token; no BOS is added to what the template wrote."""
+    task = build_task("completion", tokenizer)
+    e = task.encode([{"messages": CHAT}])[0]
+    prompt = tokenizer.apply_chat_template(CHAT[:-1], add_generation_prompt=True, tokenize=True,
+                                           return_dict=True)["input_ids"]
+    whole = tokenizer.apply_chat_template(CHAT, tokenize=True, return_dict=True)["input_ids"]
+    assert list(e.prompt_ids) == list(prompt)
+    assert list(e.prompt_ids) + list(e.target_ids) == list(whole)
+    assert tokenizer.decode(e.target_ids).startswith("Order 777 arrives on Friday.<|im_end|>")
+    losses = all_losses(task, llama, [{"messages": CHAT}])
+    assert losses.shape == (1,) and torch.isfinite(losses).all()
+
+
+def test_completion_keeps_the_completion_and_cuts_the_prompt_from_the_left(tokenizer):
+    long = {"prompt": "word " * 80 + "Question: why?\nAnswer:", "completion": " Because it is so."}
+    task = build_task("completion", tokenizer, max_length=32)
+    e = task.encode([long])[0]
+    target = tokenizer(long["completion"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert list(e.target_ids) == target and len(e.prompt_ids) + len(e.target_ids) == 32
+    assert tokenizer.decode(e.prompt_ids).endswith("Question: why?\nAnswer:") and task.truncated == 1
+    huge = build_task("completion", tokenizer, max_length=8).encode([{"prompt": "Hi", "completion": " a" * 40}])[0]
+    assert len(huge.prompt_ids) >= 1 and len(huge.prompt_ids) + len(huge.target_ids) <= 8
+
+
+def test_completion_evaluate_reports_nll_perplexity_and_answer_scores(tokenizer, llama, monkeypatch):
+    """``loss`` is the mean of the per-sample losses, ``perplexity`` the exp of the token-weighted NLL;
+    em/f1 appear only when reference answers are given, scored against the greedy completions."""
+    task = build_task("completion", tokenizer)
+    enc = task.encode(COMPLETIONS)
+    metrics = task.evaluate(llama, enc, token_budget=48)
+    losses = all_losses(task, llama, COMPLETIONS).double()
+    counts = torch.tensor([len(e.target_ids) for e in enc], dtype=torch.float64)
+    assert metrics["loss"] == pytest.approx(float(losses.mean()), rel=1e-5)
+    assert metrics["nll_per_token"] == pytest.approx(float((losses * counts).sum() / counts.sum()), rel=1e-5)
+    assert metrics["perplexity"] == pytest.approx(np.exp(metrics["nll_per_token"]), rel=1e-9)
+    assert "em" not in metrics and "f1" not in metrics
+    answered = [dict(ex, answers=[a]) for ex, a in zip(COMPLETIONS, ["It ships today", "4", "bonjour"])]
+    said = {"Agent:": "It ships today.", "A:": "5", "\n": "Bonjour, madame"}
+    monkeypatch.setattr(task, "generate", lambda model, batch: [
+        next(v for k, v in said.items() if tokenizer.decode(row[mask.bool()]).endswith(k))
+        for row, mask in zip(batch.input_ids, batch.attention_mask)])
+    metrics = task.evaluate(llama, task.encode(answered))
+    assert metrics["em"] == pytest.approx(1 / 3)  # "It ships today." matches after normalisation
+    assert metrics["f1"] == pytest.approx((1 + 0 + 2 * 0.5 * 1 / 1.5) / 3)
+
+
+def test_completion_data_and_its_errors(tmp_path):
+    import json as _json
+
+    from paczero.tasks import load_splits
+
+    train, dev, test = load_splits("completion", n_train=64, n_dev=16)  # the shipped support-reply set
+    assert (len(train), len(dev), len(test)) == (64, 16, 60)
+    assert set(train[0]) == {"prompt", "completion"} and train[0]["completion"].endswith("- Northwind Support")
+
+    def write(rows, name="d.jsonl"):
+        path = tmp_path / name
+        path.write_text("".join(_json.dumps(r) + "\n" for r in rows))
+        return path
+
+    rows = [{"question": f"q{i}", "reply": f" r{i}", "gold": f"r{i}"} for i in range(10)]
+    _, _, got = load_splits("completion", source=write(rows), n_train=4, n_dev=2, n_test=4,
+                            columns={"prompt": "question", "completion": "reply", "answer": "gold"})
+    assert all(set(r) == {"prompt", "completion", "answers"} and r["answers"] == [r["completion"][1:]] for r in got)
+    chat = [{"messages": CHAT} for _ in range(10)]
+    assert load_splits("chat", source=write(chat), n_train=4, n_dev=2)[0][0] == {"messages": CHAT}
+    for bad, needle in (
+        ([{"prompt": "p", "reply": "c"}] * 10, "lacks column(s) ['completion'] (or a messages column)"),
+        ([{"prompt": "p", "completion": " c"}] * 9 + [{"prompt": "p", "completion": "  "}],
+         "record 10: completion is missing or empty"),
+        ([{"messages": CHAT[:-1]}] * 10, "record 1: messages must end with an assistant message"),
+        ([{"messages": [{"role": "user"}]}] * 10, "role and content strings"),
+    ):
+        with pytest.raises(ValueError, match=None) as info:
+            load_splits("completion", source=write(bad), n_train=4, n_dev=2)
+        assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+# -- label names ---------------------------------------------------------------------------
+def test_label_names_name_the_classes_and_default_the_verbalizer(tokenizer, llama, tmp_path):
+    """Label i is the i-th name: a row labelled "positive" is the row labelled 1 (same prompt, same class
+    position, same loss), the verbalizer defaults to " name", a name that is not a label is one error line,
+    and without names the SST-2 verbalizer and integer labels are unchanged."""
+    from paczero.tasks import SST2_VERBALIZER, load_splits
+
+    plain = build_task("sst2", tokenizer)
+    assert plain.verbalizer == SST2_VERBALIZER and plain.label_names is None
+    named = build_task("demo", tokenizer, labels=["negative", "positive"])
+    assert named.verbalizer == {0: " negative", 1: " positive"}
+    by_name = [{"sentence": ex["sentence"], "label": ["negative", "positive"][ex["label"]]} for ex in EXAMPLES]
+    a, b = named.encode(by_name), named.encode(EXAMPLES)
+    assert [e.label for e in a] == [e.label for e in b] and all((x.prompt_ids == y.prompt_ids).all() for x, y in zip(a, b))
+    torch.testing.assert_close(all_losses(named, llama, by_name), all_losses(named, llama, EXAMPLES))
+    path = tmp_path / "named.csv"
+    path.write_text("sentence,label\n" + "".join(f"s{i},{['negative', 'positive', '1'][i % 3]}\n" for i in range(30)))
+    train, _, _ = load_splits("sst2", source=path, n_train=20, n_dev=4, n_test=6, labels=["negative", "positive"])
+    assert {r["sentence"]: r["label"] for r in train} == {
+        f"s{i}": [0, 1, 1][i % 3] for i in range(30) if f"s{i}" in {r["sentence"] for r in train}}
+    with pytest.raises(ValueError, match=r"record 1: label 'negative' is not an integer; name the classes with --labels"):
+        load_splits("sst2", source=path, n_train=20, n_dev=4, n_test=6)
+    with pytest.raises(ValueError, match=r"label 'negative' is not one of the labels neg, pos"):
+        load_splits("sst2", source=path, n_train=20, n_dev=4, n_test=6, labels=["neg", "pos"])
+    with pytest.raises(ValueError, match="positions 0..1"):
+        build_task("demo", tokenizer, labels=["negative", "positive"], verbalizer={1: " a", 2: " b"})

@@ -8,7 +8,8 @@
 - ``losses(model, batch) -> Tensor[B]``: the per-sample fp32 training loss
   (one ordinary forward, so perturbation hooks fire);
 - ``evaluate(model, enc, token_budget=4096) -> dict``: batched metrics;
-- ``metric``: the dev-selection metric (higher is better).
+- ``metric``: the dev-selection metric (higher is better; ``"loss"``, the
+  completion task's, lower).
 
 ``load_splits(name, ...)`` returns ``(train, dev, test)`` lists of dicts.
 """
@@ -36,28 +37,38 @@ TASKS = sorted(set(TASK_ALIASES.values()))
 
 
 def build_task(name: str, tokenizer, **options):
-    """The task called ``name`` (``sst2``, ``demo`` or ``squad``; aliases allowed).
+    """The task called ``name`` (``sst2``, ``demo``, ``squad`` or ``completion``; aliases allowed).
 
     Classification options: ``template``, ``verbalizer`` (dict label -> option
     string), ``max_length`` (512), ``scoring``. SQuAD options: ``objective``
-    (``"nll"`` or ``"f1"``), ``max_new_tokens`` (50), ``max_length`` (1024).
+    (``"nll"`` or ``"f1"``), ``max_new_tokens`` (50), ``max_length`` (2048),
+    ``answer_stop`` (``"newline-token"`` or ``"any-newline"``).
+    Classification also takes ``labels`` (the class names, label i the i-th).
+    Completion options: ``max_length`` (2048), ``max_new_tokens`` (50).
     Options set to ``None`` take their defaults; options that only the other
     kind of task takes are ignored; unknown option names raise ``ValueError``.
     """
     task = canonical_task(name)
     options = {k: v for k, v in options.items() if v is not None}
-    unknown = sorted(set(options) - _CLASSIFICATION_OPTIONS - _QA_OPTIONS)
+    unknown = sorted(set(options) - _CLASSIFICATION_OPTIONS - _QA_OPTIONS - _COMPLETION_OPTIONS)
     if unknown:
-        known = sorted(_CLASSIFICATION_OPTIONS | _QA_OPTIONS)
+        known = sorted(_CLASSIFICATION_OPTIONS | _QA_OPTIONS | _COMPLETION_OPTIONS)
         raise ValueError(f"unknown task option(s) {unknown}; known: {known}")
     if task in ("sst2", "demo"):
         mine = {k: v for k, v in options.items() if k in _CLASSIFICATION_OPTIONS}
+        if "labels" in mine:
+            mine["label_names"] = mine.pop("labels")
         return ClassificationTask(tokenizer, name=task, **mine)
+    if task == "completion":
+        from paczero.tasks.completion import CompletionTask
+
+        return CompletionTask(tokenizer, **{k: v for k, v in options.items() if k in _COMPLETION_OPTIONS})
     from paczero.tasks.qa import SquadTask
 
     return SquadTask(tokenizer, **{k: v for k, v in options.items() if k in _QA_OPTIONS})
 
 
 # Options meant for the other kind of task are ignored, so one config can carry both.
-_CLASSIFICATION_OPTIONS = {"template", "verbalizer", "max_length", "scoring"}
-_QA_OPTIONS = {"template", "objective", "max_new_tokens", "max_length"}
+_CLASSIFICATION_OPTIONS = {"template", "verbalizer", "max_length", "scoring", "labels"}
+_QA_OPTIONS = {"template", "objective", "max_new_tokens", "max_length", "answer_stop"}
+_COMPLETION_OPTIONS = {"max_length", "max_new_tokens"}

@@ -101,6 +101,11 @@ def truncate_left(ids: list[int], max_len: int, prefix: list[int]) -> list[int]:
     return prefix + list(ids[-room:])
 
 
+def is_cut(ids: Sequence[int], max_len: int, prefix: list[int]) -> bool:
+    """Whether :func:`truncate_left` drops tokens of ``ids``."""
+    return len(ids) > max(max_len - len(prefix), 1)
+
+
 def pad_token_id(tokenizer) -> int:
     """The id used for padding (pad, else EOS, else 0). Masked out either way."""
     for tok_id in (tokenizer.pad_token_id, tokenizer.eos_token_id):

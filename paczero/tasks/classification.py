@@ -1,7 +1,9 @@
 """Prompted classification with verbalizers (SST-2 and friends).
 
-Each example becomes ``template.format(**example)`` and each class an option
-string (the verbalizer). A class score is the mean log-probability of the
+Each example becomes ``template.format(**example)``, every field stripped of
+surrounding whitespace first (GLUE's SST-2 sentences end in a space, which the
+paper's template strips: ``"<sentence> It was"``, no doubled space), and each
+class an option string (the verbalizer). A class score is the mean log-probability of the
 option's tokens after the prompt (log-softmax over the full vocabulary); the
 per-sample loss is the cross-entropy of the label over the class scores and the
 prediction is their argmax.
@@ -39,6 +41,7 @@ from paczero.tasks.batching import (
     right_align,
     target_logprobs,
     token_logits,
+    is_cut,
     tokenize,
     truncate_left,
 )
@@ -58,6 +61,8 @@ class ClassificationTask:
     ``scoring`` is ``"auto"`` (one forward per example when every option is a
     single token, else one row per option) or ``"per_candidate"`` (always one
     row per option; same losses, slower; kept for tests and checks).
+    ``label_names`` names the classes (label i is the i-th name): an example's
+    label may then be its name, and the verbalizer defaults to ``" " + name``.
     """
 
     metric = "accuracy"
@@ -70,7 +75,18 @@ class ClassificationTask:
         max_length: int = 512,
         scoring: str = "auto",
         name: str = "sst2",
+        label_names: Sequence[str] | None = None,
     ):
+        if label_names is not None:
+            label_names = [str(n).strip() for n in label_names]
+            if len(label_names) < 2 or len(set(label_names)) < len(label_names) or not all(label_names):
+                raise ValueError(f"labels must be at least two distinct non-empty names, got {label_names}")
+            if verbalizer is None:
+                verbalizer = {i: " " + n for i, n in enumerate(label_names)}
+            elif {int(k) for k in verbalizer} != set(range(len(label_names))):
+                raise ValueError(f"the verbalizer's labels {sorted(verbalizer)} are not the positions 0.."
+                                 f"{len(label_names) - 1} of the {len(label_names)} label names")
+        self.label_names = label_names
         verbalizer = dict(SST2_VERBALIZER if verbalizer is None else verbalizer)
         if len(verbalizer) < 2:
             raise ValueError(f"verbalizer needs at least 2 classes, got {verbalizer}")
@@ -115,18 +131,23 @@ class ClassificationTask:
             missing = [f for f in fields + ["label"] if f not in ex]
             if missing:
                 raise ValueError(f"example {i} lacks {missing} (has {sorted(ex)})")
+            label = ex["label"]
+            if self.label_names and isinstance(label, str) and label.strip() in self.label_names:
+                label = self.label_names.index(label.strip())
             try:
-                label = int(ex["label"])
+                label = int(label)
             except (TypeError, ValueError):
                 raise ValueError(f"example {i}: label {ex['label']!r} is not an integer") from None
             if label not in position:
                 raise ValueError(f"example {i}: label {label} not in the verbalizer labels {self.labels}")
-            prompts.append(self.template.format_map({f: ex[f] for f in fields}))
+            prompts.append(self.template.format_map({f: str(ex[f]).strip() for f in fields}))
             labels.append(position[label])
         room = self.max_length - (self.max_option_len - 1)
+        prompt_ids = tokenize(self.tokenizer, prompts)
+        self.truncated = sum(is_cut(ids, room, self.prefix) for ids in prompt_ids)  # of this call's examples
         return [
             Encoded(prompt_ids=np.asarray(truncate_left(ids, room, self.prefix), dtype=np.int64), label=label)
-            for ids, label in zip(tokenize(self.tokenizer, prompts), labels)
+            for ids, label in zip(prompt_ids, labels)
         ]
 
     def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None,

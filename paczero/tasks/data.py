@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 DEMO_PATH = Path(__file__).resolve().parent.parent / "data" / "demo_sentiment.jsonl"
+SUPPORT_DEMO_PATH = DEMO_PATH.with_name("demo_support_replies.jsonl")  # the completion task's example set
 
 TASK_ALIASES = {
     "sst2": "sst2",
@@ -37,6 +38,9 @@ TASK_ALIASES = {
     "demo": "demo",
     "demo_sentiment": "demo",
     "demo-sentiment": "demo",
+    "completion": "completion",
+    "prompt-completion": "completion",
+    "chat": "completion",
 }
 
 # Canonical fields per task and the hub column that holds each.
@@ -44,6 +48,7 @@ FIELDS = {
     "sst2": ("sentence", "label"),
     "demo": ("sentence", "label"),
     "squad": ("id", "title", "context", "question", "answers"),
+    "completion": ("prompt", "completion", "messages", "answer"),  # prompt and completion, or messages
 }
 HUB = {"sst2": "stanfordnlp/sst2", "squad": "rajpurkar/squad"}
 DEFAULT_TEST = {"sst2": None, "demo": None, "squad": 1000}  # None: the whole split
@@ -52,7 +57,7 @@ DEV_SPLITS = ("dev", "validation", "valid", "val")
 
 
 def canonical_task(name: str) -> str:
-    """``sst2``, ``squad`` or ``demo`` for any accepted spelling; ``ValueError`` otherwise."""
+    """``sst2``, ``squad``, ``demo`` or ``completion`` for any accepted spelling; ``ValueError`` otherwise."""
     key = str(name).strip().lower()
     if key not in TASK_ALIASES:
         raise ValueError(f"unknown task {name!r}; choose one of {sorted(set(TASK_ALIASES.values()))}")
@@ -67,6 +72,7 @@ def load_splits(
     n_test: int | None = None,
     seed: int = 0,
     columns: Mapping[str, str] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> tuple[list[dict], list[dict], list[dict]]:
     """``(train, dev, test)`` lists of example dicts for ``task_name``.
 
@@ -76,26 +82,34 @@ def load_splits(
     from columns of the same name. ``n_train=None`` takes every train example
     left after the dev sample; ``n_dev=None`` likewise; ``n_test=None`` keeps
     the task default (whole split, 1000 for SQuAD, 20% when carved from one
-    file). Sampling is seeded and the three splits are disjoint.
+    file). Sampling is seeded and the three splits are disjoint. ``labels`` names the classes of a
+    classification task: a label that is one of the names becomes its position (integer labels stay).
     """
     task = canonical_task(task_name)
     for name, value in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
         if value is not None and int(value) < 0:
             raise ValueError(f"{name} must be >= 0, got {value}")
-    if source is None and task == "demo":
+    if source is None and task in ("demo", "completion"):
         source = "demo"
-    if source is not None and str(source) == "demo":
+    if source is not None and str(source) == "demo" and task == "completion":
+        source = SUPPORT_DEMO_PATH
+    elif source is not None and str(source) == "demo":
         source, columns = DEMO_PATH, {**DEMO_COLUMNS, **(columns or {})}
     if source is None:
         return _load_hub(task, n_train, n_dev, n_test, seed)
-    return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {})
+    return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {}, labels)
 
 
 # -- hub datasets ------------------------------------------------------------------
 def _load_hub(task, n_train, n_dev, n_test, seed):
     import datasets  # lazy: importing datasets is slow and needs no network until here
 
-    data = datasets.load_dataset(HUB[task])
+    try:
+        data = datasets.load_dataset(HUB[task])
+    except (OSError, ValueError) as exc:  # offline, unreachable or unknown: ConnectionError, DatasetNotFoundError
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise ValueError(f"cannot load the {task} dataset ({HUB[task]}) from the Hugging Face hub: {reason}; "
+                         f"connect once (it is cached), or give a local file with --data (docs/tasks.md)") from None
     train_pool = [_canonical(task, row) for row in data["train"]]
     test_pool = [_canonical(task, row) for row in data["validation"]]
     rng = np.random.default_rng(seed)
@@ -164,29 +178,38 @@ def _records(numbered: list[tuple[int, Any]], path: Path, unit: str) -> list[dic
     return [record for _, record in numbered]
 
 
-def _load_file(task, path, n_train, n_dev, n_test, seed, columns):
-    records = read_records(path)
+def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None):
+    return split_records(task, read_records(path), str(path), n_train, n_dev, n_test, seed, columns, labels)
+
+
+def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, labels=None):
+    """``(train, dev, test)`` example lists of ``records``, the rows of a local file or of a table given in
+    memory (:mod:`paczero.api`), normalised and split alike (``where`` names them in messages): a ``split``
+    column assigns rows to splits, else test, train and dev are sampled (seeded, disjoint) from all rows."""
     if not records:
-        raise ValueError(f"{path} holds no examples")
+        raise ValueError(f"{where} holds no examples")
     unknown = sorted(set(columns) - set(FIELDS[task]))
     if unknown:
         raise ValueError(f"columns mapping names unknown field(s) {unknown}; fields of {task}: {list(FIELDS[task])}")
     wanted = {field: columns.get(field, field) for field in FIELDS[task]}
+    present = set(records[0])
     if task == "squad":  # id and title are optional in local files
         optional = {f for f in ("id", "title") if f not in columns}
+    elif task == "completion":  # prompt and completion, or messages; a reference answer if any
+        optional = {"answer"} | ({"prompt", "completion"} if wanted["messages"] in present else {"messages"})
     else:
         optional = set()
-    present = set(records[0])
     missing = [col for field, col in wanted.items() if col not in present and field not in optional]
     if missing:
-        raise ValueError(f"{path} lacks column(s) {missing}; it has {sorted(present)}")
+        either = " (or a messages column)" if task == "completion" else ""
+        raise ValueError(f"{where} lacks column(s) {missing}{either}; it has {sorted(present)}")
     rows = []
     for i, record in enumerate(records):
         row = {field: record.get(col) for field, col in wanted.items()}
         if task == "squad":
             row["id"] = str(row["id"]) if row["id"] is not None else str(i)
             row["title"] = row["title"] if row["title"] is not None else ""
-        rows.append(_canonical(task, row, where=f"{path} record {i + 1}"))
+        rows.append(_canonical(task, row, where=f"{where} record {i + 1}", labels=labels))
 
     rng = np.random.default_rng(seed)
     splits = [str(r.get("split", "")).strip().lower() for r in records] if "split" in present else None
@@ -194,31 +217,31 @@ def _load_file(task, path, n_train, n_dev, n_test, seed, columns):
         default_test = max(1, round(0.2 * len(rows))) if len(rows) > 1 else 0
         n_test = default_test if n_test is None else int(n_test)
         if n_test > len(rows):
-            raise ValueError(f"{path} has {len(rows)} examples, fewer than n_test={n_test}")
+            raise ValueError(f"{where} has {len(rows)} examples, fewer than n_test={n_test}")
         order = rng.permutation(len(rows))
         test = [rows[i] for i in order[:n_test]]
         pool = [rows[i] for i in order[n_test:]]
-        train, dev = _sample_train_dev(pool, n_train, n_dev, rng, f"{path} (after {n_test} test examples)")
+        train, dev = _sample_train_dev(pool, n_train, n_dev, rng, f"{where} (after {n_test} test examples)")
         return train, dev, test
 
     by_split: dict[str, list[dict]] = {}
     for name, row in zip(splits, rows):
         by_split.setdefault(name, []).append(row)
     if "train" not in by_split:
-        raise ValueError(f"{path} has a split column but no 'train' rows (splits: {sorted(by_split)})")
+        raise ValueError(f"{where} has a split column but no 'train' rows (splits: {sorted(by_split)})")
     dev_name = next((s for s in DEV_SPLITS if s in by_split), None)
     if "test" in by_split:
         test_pool = by_split["test"]
     elif dev_name is not None:
         test_pool, dev_name = by_split.pop(dev_name), None
     else:
-        raise ValueError(f"{path} has a split column but no 'test' or validation rows (splits: {sorted(by_split)})")
+        raise ValueError(f"{where} has a split column but no 'test' or validation rows (splits: {sorted(by_split)})")
     if dev_name is None:
-        train, dev = _sample_train_dev(by_split["train"], n_train, n_dev, rng, f"{path} 'train' rows")
+        train, dev = _sample_train_dev(by_split["train"], n_train, n_dev, rng, f"{where} 'train' rows")
     else:
-        dev = _sample(by_split[dev_name], n_dev, rng, f"{path} {dev_name!r} rows")
-        train = _sample(by_split["train"], n_train, rng, f"{path} 'train' rows")
-    test = _sample(test_pool, n_test, rng, f"{path} test rows")
+        dev = _sample(by_split[dev_name], n_dev, rng, f"{where} {dev_name!r} rows")
+        train = _sample(by_split["train"], n_train, rng, f"{where} 'train' rows")
+    test = _sample(test_pool, n_test, rng, f"{where} test rows")
     return train, dev, test
 
 
@@ -248,17 +271,24 @@ def _sample_train_dev(pool, n_train, n_dev, rng, where):
     return train, dev
 
 
-def _canonical(task: str, row: Mapping, where: str = "dataset row") -> dict:
+def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequence[str] | None = None) -> dict:
     """The task's canonical fields of ``row`` with normalised types."""
+    if task == "completion":
+        return _completion(row, where)
     if task in ("sst2", "demo"):
         label = row["label"]
+        if labels and isinstance(label, str) and not _integer_text(label):
+            if label.strip() not in labels:
+                raise ValueError(f"{where}: label {_short(label)} is not one of the labels {', '.join(labels)}")
+            label = list(labels).index(label.strip())
         try:
             number = float(label.strip()) if isinstance(label, str) else label
             if isinstance(number, float) and not number.is_integer():
                 raise ValueError
             label = int(number)
         except (TypeError, ValueError, OverflowError, AttributeError):
-            raise ValueError(f"{where}: label {_short(label)} is not an integer") from None
+            hint = "" if labels else "; name the classes with --labels (e.g. --labels negative,positive)"
+            raise ValueError(f"{where}: label {_short(label)} is not an integer{hint}") from None
         return {"sentence": _text(row["sentence"], "sentence", where), "label": label}
     answers = row["answers"]
     if isinstance(answers, Mapping):  # hub format {"text": [...], "answer_start": [...]}
@@ -279,6 +309,52 @@ def _canonical(task: str, row: Mapping, where: str = "dataset row") -> dict:
         "question": _text(row["question"], "question", where),
         "answers": answers,
     }
+
+
+def _integer_text(text: str) -> bool:
+    try:
+        return float(text.strip()).is_integer()
+    except (ValueError, OverflowError):
+        return False
+
+
+def _completion(row: Mapping, where: str) -> dict:
+    """A completion example: ``prompt`` and ``completion`` text, or ``messages`` (a list of role/content
+    objects ending in an assistant message; a JSON string in CSV cells); ``answers`` if the row has one."""
+    out: dict[str, Any] = {}
+    messages = row.get("messages")
+    if messages is not None:
+        if isinstance(messages, str):
+            try:
+                messages = json.loads(messages)
+            except json.JSONDecodeError:
+                raise ValueError(f"{where}: messages is not a JSON list of role/content objects") from None
+        if not isinstance(messages, list) or not all(
+                isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                for m in messages):
+            raise ValueError(f"{where}: messages must be a list of objects with role and content strings")
+        if len(messages) < 2 or messages[-1]["role"] != "assistant":
+            raise ValueError(f"{where}: messages must end with an assistant message after at least one other")
+        if not messages[-1]["content"].strip():
+            raise ValueError(f"{where}: the last (assistant) message, the completion, is empty")
+        out["messages"] = [{"role": m["role"], "content": m["content"]} for m in messages]
+    else:
+        out["prompt"] = _text(row.get("prompt"), "prompt", where)
+        out["completion"] = _text(row.get("completion"), "completion", where)
+    answer = row.get("answer")
+    if isinstance(answer, str) and not answer.strip():  # an empty CSV cell: no reference answer
+        answer = None
+    if answer is not None and not (isinstance(answer, float) and math.isnan(answer)):
+        if isinstance(answer, str) and answer.strip().startswith("["):
+            try:
+                answer = json.loads(answer)  # CSV cells holding a JSON list
+            except json.JSONDecodeError:
+                pass
+        answers = [str(a) for a in answer] if isinstance(answer, list) else [str(answer)]
+        if not any(a.strip() for a in answers):
+            raise ValueError(f"{where}: answer is empty")
+        out["answers"] = answers
+    return out
 
 
 def _text(value: Any, field: str, where: str) -> str:
