@@ -9,6 +9,7 @@ data-parallel ranks, ``paczero eval`` and ``paczero audit`` share.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 
 from paczero.checkpoint import CheckpointError
-from paczero.config import ConfigError, TrainConfig
+from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
 
 
 def resolve_device(device: str) -> str:
@@ -41,35 +42,109 @@ class Setup:
     universe: list
     dev_enc: list
     test_enc: list
+    in_memory: tuple = ()  # what was given as objects in memory (Given.names), not loaded from the config
 
 
-def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, list, list] | None = None) -> Setup:
+@dataclass
+class Given:
+    """Objects given in memory in place of what the config names (the Python API, :mod:`paczero.api`): a
+    model (a transformers causal LM, or a peft model of one), a tokenizer, the (train, dev, test) examples.
+    :func:`build` prepares the model as :func:`paczero.models.load_model` prepares a loaded one and leaves
+    the model it trains in ``prepared`` (track lora: the peft wrapper of a plain model)."""
+    model: Any = None
+    tokenizer: Any = None
+    examples: tuple[list, list, list] | None = None
+    prepared: Any = None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, value in (("model", self.model), ("tokenizer", self.tokenizer),
+                                              ("data", self.examples)) if value is not None)
+
+
+def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, list, list] | None = None,
+          given: Given | None = None) -> Setup:
     """Load data (first: cheap failures come before the model loads), then the model. ``examples``:
-    (train, dev, test) given instead of the config's data (``paczero eval --data`` leaves train empty)."""
-    from paczero.models import check_model_source, load_model, load_tokenizer
+    (train, dev, test) given instead of the config's data (``paczero eval --data`` leaves train empty).
+    ``given``: objects that replace loading the config's model, tokenizer or data."""
+    import copy
+
+    from paczero.models import check_model_source, load_model, load_tokenizer, prepare_model, prepare_tokenizer
     from paczero.tasks import build_task, load_splits
 
     device = resolve_device(cfg.device)
-    check_model_source(cfg.model)
+    given = given or Given()
+    if given.model is None:
+        check_model_source(cfg.model)
+    examples = examples if examples is not None else given.examples
     if examples is not None:
         train_ex, dev_ex, test_ex = examples
     else:
         train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
-                                                n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns)
+                                                n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns,
+                                                labels=cfg.labels)
     if examples is None and len(train_ex) < 2:
         raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
-    tokenizer = load_tokenizer(cfg.model)  # the prompts are built and checked (labels, template) before the model
+    if given.tokenizer is not None:  # a copy: the caller's own tokenizer keeps its padding side
+        tokenizer = prepare_tokenizer(copy.deepcopy(given.tokenizer))
+    else:  # the prompts are built and checked (labels, template) before the model
+        tokenizer = load_tokenizer(cfg.model)
     task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,
-                      objective=cfg.objective, max_new_tokens=cfg.max_new_tokens)
-    encoded = [task.encode(train_ex), task.encode(dev_ex), task.encode(test_ex)]
+                      objective=cfg.objective, max_new_tokens=cfg.max_new_tokens, answer_stop=cfg.answer_stop,
+                      max_length=cfg.max_length, labels=cfg.labels)
+    encoded, cut = [], []
+    for examples_of_split in (train_ex, dev_ex, test_ex):
+        encoded.append(task.encode(examples_of_split))
+        cut.append(getattr(task, "truncated", 0))
+    _warn_truncated(cfg, cut, [len(train_ex), len(dev_ex), len(test_ex)])
     model = None
-    if with_model:
+    if with_model and given.model is not None:
+        placed = _placed(given.model)  # sharded or quantised: it stays where it is
+        model = given.prepared = prepare_model(
+            given.model, tokenizer, track=cfg.track, dtype=getattr(given.model, "dtype", torch.float32),
+            device=None if placed else device, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha,
+            lora_targets=cfg.lora_targets, init_seed=cfg.seed)
+        if placed:
+            device = str(model.get_input_embeddings().weight.device)
+    elif with_model:
         model = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
                            lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
                            device_map=cfg.device_map, tokenizer=tokenizer).model
+        given.prepared = model
         if cfg.device_map:  # inputs go where the embeddings live
             device = str(model.get_input_embeddings().weight.device)
-    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded)
+    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded, in_memory=given.names())
+
+
+def refuse_in_memory(record: dict, run: str, what: str, data_given: bool = False) -> None:
+    """One line for ``paczero eval``/``audit`` on a run trained on objects given in memory (run.json's
+    ``in_memory``): its config names them but cannot rebuild them (``data_given``: ``--data`` replaces the
+    run's examples)."""
+    gone = [name for name in record.get("in_memory", ()) if not (name == "data" and data_given)]
+    if gone:
+        raise ConfigError(f"run {run!r} was trained on objects given in memory ({', '.join(gone)}), which its "
+                          f"run.json cannot rebuild for {what}; its released model is in {run}/model")
+
+
+def _placed(model) -> bool:
+    """Whether a model given in memory is sharded over devices (``device_map``) or quantised: moving it is
+    not ours to do."""
+    from paczero.models import hf_model
+
+    hf = hf_model(model)
+    return bool(getattr(hf, "hf_device_map", None)) or bool(getattr(hf, "is_quantized", False))
+
+
+def _warn_truncated(cfg: TrainConfig, cut: list[int], sizes: list[int]) -> None:
+    """One warning naming how many examples of each split lost tokens to ``max_length`` (the DP baselines'
+    universe is private under add-or-remove adjacency: its count is not named)."""
+    if not any(cut):
+        return
+    private = cfg.mechanism in DP_MECHANISMS
+    parts = [("some" if private and name == "training" else f"{c} of {n}") + f" {name}"
+             for c, n, name in zip(cut, sizes, ("training", "dev", "test")) if c]
+    logging.getLogger(__name__).warning(
+        f"{', '.join(parts)} examples are longer than max_length ({cfg.max_length} tokens) and lose tokens from "
+        "the left (the start of their text); raise --max-length to keep them whole")
 
 
 def data_fingerprint(setup: Setup) -> str:
@@ -97,13 +172,15 @@ def tokens_fingerprint(setup: Setup) -> str:
     return h.hexdigest()
 
 
-def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None) -> tuple[Setup, str]:
+def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
+                   given: Given | None = None) -> tuple[Setup, str]:
     """:func:`build` on every rank, and the data's fingerprint. The ranks stop together (``dp.agree``)
     when one of them fails on bad input, when their examples or tokens differ, or when the data differ
-    from those of the run being resumed (``resumed_run``: its run.json, on rank 0)."""
+    from those of the run being resumed (``resumed_run``: its run.json, on rank 0). ``given``: objects
+    given in memory (a single process only)."""
     setup, value, problem = None, None, None
     try:
-        setup = build(cfg)
+        setup = build(cfg, given=given)
         value = {"examples": data_fingerprint(setup), "tokens": tokens_fingerprint(setup)}
         recorded = None if resumed_run is None else resumed_run.get("data_fingerprint")
         if recorded is not None and recorded != value["examples"]:

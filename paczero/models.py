@@ -18,9 +18,11 @@ lists what the zeroth-order step perturbs and updates.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,6 +151,11 @@ def load_tokenizer(name: str):
             tok = AutoTokenizer.from_pretrained(os.path.expanduser(name))
         except (OSError, ValueError) as e:  # no such hub repo, no network, no or unreadable tokenizer files
             raise ValueError(f"cannot load the tokenizer of {name!r}: {_first_line(e)}") from None
+    return prepare_tokenizer(tok)
+
+
+def prepare_tokenizer(tok):
+    """``tok`` set up as every run uses it, in place: left padding, and a pad token (EOS) if it has none."""
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -218,20 +225,44 @@ def load_model(
             model = AutoModelForCausalLM.from_config(_tiny_config(name, len(tokenizer)))
         model = model.to(torch_dtype)
     elif name == SMOLLM2:
-        model = AutoModelForCausalLM.from_pretrained(_smollm2_cached("model"), dtype=torch_dtype)
+        with quiet_transformers():  # a local copy: its progress bar lasts a blink
+            model = AutoModelForCausalLM.from_pretrained(_smollm2_cached("model"), dtype=torch_dtype)
     else:
         extra = {"device_map": device_map} if device_map else {}
         try:
             model = AutoModelForCausalLM.from_pretrained(os.path.expanduser(name), dtype=torch_dtype, **extra)
         except OSError as e:
             raise ValueError(f"cannot load model {name!r}: {_first_line(e)}") from None
+    model = prepare_model(model, tokenizer, track=track, dtype=torch_dtype, lora_r=lora_r, lora_alpha=lora_alpha,
+                          lora_targets=lora_targets, init_seed=init_seed,
+                          device=device if not device_map or random_init or name in (SMOLLM2, *TINY_MODELS) else None)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name)
+
+
+def is_peft(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is a peft wrapper (its adapters are trained as they are, on track ``lora``)."""
+    return hasattr(model, "get_base_model") and hasattr(model, "peft_config")
+
+
+def prepare_model(model: torch.nn.Module, tokenizer, *, track: str, dtype: torch.dtype, device: str | None,
+                  lora_r: int = 8, lora_alpha: int = 16, lora_targets: list[str] | None = None,
+                  init_seed: int = 0) -> torch.nn.Module:
+    """A loaded causal LM made ready for zeroth-order training: frozen (no gradients), in eval mode, on
+    ``device`` (``None``: where it is, e.g. sharded); track ``lora`` wraps it with peft LoRA adapters
+    (seeded by ``init_seed``, in ``dtype``), unless it is a peft model already, whose adapters are trained
+    as they are. Returns the model to train (the peft wrapper, for a plain model on track ``lora``)."""
+    if track not in ("ft", "lora"):
+        raise ValueError(f"track must be 'ft' or 'lora', got {track!r}")
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    model.requires_grad_(False)
-    if track == "lora":
+    if track == "lora" and is_peft(model):
+        for n, p in model.named_parameters():  # as get_peft_model leaves them: the adapters trainable, the rest frozen
+            p.requires_grad_("lora_" in n)
+    elif track == "lora":
         from peft import LoraConfig, get_peft_model
 
-        with torch.random.fork_rng(devices=[]):
+        model.requires_grad_(False)
+        with torch.random.fork_rng(devices=[]), quiet_transformers():
             torch.manual_seed(init_seed)
             config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
                                 target_modules=lora_targets, task_type="CAUSAL_LM")
@@ -239,13 +270,36 @@ def load_model(
         # LoRA weights in the model's dtype; peft keeps them fp32 by default on some versions
         for n, p in model.named_parameters():
             if "lora_" in n:
-                p.data = p.data.to(torch_dtype)
-    elif track != "ft":
-        raise ValueError(f"track must be 'ft' or 'lora', got {track!r}")
+                p.data = p.data.to(dtype)
+    else:
+        model.requires_grad_(False)
     model.eval()
-    if not device_map or random_init or name in (SMOLLM2, *TINY_MODELS):
+    if device is not None:
         model.to(device)
-    return LoadedModel(model=model, tokenizer=tokenizer, name=name)
+    return model
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """transformers' and peft's noise off, within: the progress bars of a load or a save (a bar per
+    save_pretrained of a model), and two warnings that say nothing to a paczero user, one on every LoRA run
+    (peft reads transformers' deprecated ``is_gradient_checkpointing``: a FutureWarning) and one on every
+    GPT-2 LoRA run (peft switches ``fan_in_fan_out`` on for GPT-2's Conv1D layers itself). Other warnings
+    pass."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated",
+                                    category=FutureWarning, module="transformers")
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to False but the target module is "
+                                    "`Conv1D`", category=UserWarning, module="peft")
+            yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _random_model(name: str, torch_dtype: torch.dtype, init_seed: int, device: str) -> torch.nn.Module:

@@ -1,0 +1,239 @@
+"""The Python API: fine-tune a model object, a tokenizer object and examples in memory.
+
+::
+
+    from paczero import PACZeroTrainer
+
+    trainer = PACZeroTrainer(model=model, tokenizer=tokenizer, train_dataset=dataset, task="sst2",
+                             mechanism="pac-mi", mi_budget=0.33, n_train=1000, n_dev=500, out_dir="runs/mine")
+    result = trainer.train()
+    result.model        # the trained model (the released weights: dev-best unless dev_best is off)
+    result.statement    # the privacy statement in words; result.privacy holds its numbers
+
+:meth:`PACZeroTrainer.train` runs :func:`paczero.train.train`, the loop of ``paczero train``, with the
+objects in place of what the config would load: the same run folder (checkpoints, journal, log, dev-best,
+summary, model card), the same checks, the same privacy statement. The model is trained in place: a
+transformers causal LM (full fine-tuning, ``track="ft"``; or, on ``track="lora"``, wrapped with peft LoRA
+adapters as ``paczero train`` wraps a loaded model) or a peft model with LoRA adapters (trained as they
+are). The examples, a ``datasets.Dataset``, a pandas DataFrame or a list of dicts, are read as a data file
+with the same rows is read (``columns``, a ``split`` column, ``n_train``/``n_dev``/``n_test`` sampling).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paczero.build import Given
+from paczero.config import ConfigError, TrainConfig
+
+#: what ``eval_dataset`` and ``test_dataset`` rows become: rows of a data file's ``split`` column
+_SPLITS = (("train_dataset", "train"), ("eval_dataset", "validation"), ("test_dataset", "test"))
+
+
+@dataclass
+class TrainResult:
+    """What :meth:`PACZeroTrainer.train` returns."""
+    model: Any          # the trained model, holding the released weights (the peft wrapper on track lora)
+    summary: dict       # summary.json's content; {"stopped_at", "out_dir"} for a run stopped early
+    run_dir: Path       # the run folder: checkpoints, log, journal, summary, model/ with its card
+    config: TrainConfig  # the configuration the run recorded (model: the object's name_or_path)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the run stopped before its last step (SIGTERM, Ctrl-C); ``resume=True`` continues it."""
+        return "stopped_at" in self.summary
+
+    @property
+    def privacy(self) -> dict | None:
+        """The privacy statement's numbers (``mi_bound``, ``mia_bound``, ...); None for a stopped run."""
+        return self.summary.get("privacy")
+
+    @property
+    def statement(self) -> str | None:
+        """The privacy statement in words, as the model card states it; None for a stopped run."""
+        return self.summary.get("privacy_text")
+
+
+class PACZeroTrainer:
+    """One paczero run on objects in memory. ``config``: a :class:`TrainConfig` or a dict of its keys;
+    keyword ``settings`` (``mechanism=``, ``mi_budget=``, ``steps=``, ``out_dir=``, ...) and ``task``
+    override it. Any of ``model``, ``tokenizer`` and ``train_dataset`` left out is loaded as the config
+    names it (``model``, ``data``). ``eval_dataset`` rows are a data file's validation rows and
+    ``test_dataset`` rows its test rows: with no ``test_dataset``, ``eval_dataset`` is the test set and dev is
+    drawn from ``train_dataset``, as for SST-2; with both, dev is drawn from ``eval_dataset``."""
+
+    def __init__(self, model: Any = None, tokenizer: Any = None, train_dataset: Any = None,
+                 eval_dataset: Any = None, test_dataset: Any = None, *, task: str | None = None,
+                 config: TrainConfig | Mapping | None = None, **settings: Any):
+        if config is None:
+            config = TrainConfig()
+        elif isinstance(config, Mapping):
+            config = TrainConfig.from_dict(dict(config), source="config")
+        elif not isinstance(config, TrainConfig):
+            raise ConfigError(f"config must be a TrainConfig or a dict of its keys, got {type(config).__name__}")
+        if task is not None:
+            settings["task"] = task
+        unknown = sorted(set(settings) - set(TrainConfig.field_names()))
+        if unknown:
+            raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; the keys of TrainConfig are the settings")
+        self.config = config.replace(**settings)
+        self.model, self.tokenizer = model, tokenizer
+        self.datasets = {"train_dataset": train_dataset, "eval_dataset": eval_dataset, "test_dataset": test_dataset}
+        if model is not None:
+            _check_model(model, self.config.track)
+        if tokenizer is not None:
+            _check_tokenizer(tokenizer)
+
+    def train(self, *, resume: bool | None = None, log=print) -> TrainResult:
+        """Train (``resume=True``: continue the run in ``out_dir`` from its newest checkpoint, given the
+        same objects or the model an earlier call returned); return the trained model and the summary."""
+        from paczero.train import train
+
+        cfg = self.config if resume is None else self.config.replace(resume=resume)
+        if self.model is not None:
+            cfg = _describe(cfg, self.model, self.tokenizer)
+        cfg = cfg.validate()
+        examples = _examples(cfg, self.datasets)
+        given = Given(model=self.model, tokenizer=self.tokenizer, examples=examples)
+        if given.names():
+            _single_process()
+        summary = train(cfg, log=log, given=given)
+        if self.model is not None:  # a later call (resume) goes on with the model this one trained
+            self.model = given.prepared
+        return TrainResult(model=given.prepared, summary=summary, run_dir=Path(cfg.out_dir).expanduser(),
+                           config=cfg)
+
+
+# -- the model object --------------------------------------------------------------------------------
+def _check_model(model: Any, track: str) -> None:
+    """One line on a model object that cannot train here: not a causal LM, or not on this track."""
+    from transformers import PreTrainedModel
+
+    from paczero.models import hf_model, is_peft
+
+    base = hf_model(model) if is_peft(model) else model
+    if not isinstance(base, PreTrainedModel) or base.get_output_embeddings() is None:
+        hint = "; a model name or path goes in the config's model setting" if isinstance(model, (str, Path)) else ""
+        raise ConfigError(f"model must be a causal language model object (a transformers ...ForCausalLM, or a "
+                          f"peft model of one), got {type(model).__name__}{hint}")
+    if is_peft(model):
+        kind = str(getattr(model.peft_config.get(model.active_adapter), "peft_type", ""))
+        if "LORA" not in kind.upper():
+            raise ConfigError(f"a peft model given as model must hold LoRA adapters, got {kind or 'other'} adapters")
+        if track != "lora":
+            raise ConfigError("a peft model trains its LoRA adapters (track lora); for full fine-tuning give the "
+                              "model without adapters")
+    elif any("lora_" in name for name, _ in model.named_parameters()):
+        raise ConfigError("model holds LoRA layers but is no peft model (peft wrapped it in an earlier run): give "
+                          "the peft model that wraps it (an earlier result's model) or a fresh model")
+    if track == "ft" and any(not p.is_floating_point() for p in model.parameters()):
+        raise ConfigError("full fine-tuning perturbs every weight and this model holds quantised (integer) "
+                          "weights; train LoRA adapters (track lora)")
+
+
+def _check_tokenizer(tokenizer: Any) -> None:
+    from transformers import PreTrainedTokenizerBase
+
+    if not isinstance(tokenizer, PreTrainedTokenizerBase):
+        raise ConfigError(f"tokenizer must be a transformers tokenizer object, got {type(tokenizer).__name__}")
+
+
+def _describe(cfg: TrainConfig, model: Any, tokenizer: Any) -> TrainConfig:
+    """The config as run.json and the model card record it for a model object: ``model`` its
+    ``name_or_path`` (else its class name), ``dtype`` its own, LoRA settings those of its adapters (a peft
+    model) or the modules peft's default adapts (so that a resume with the peft model a run returned
+    matches the run it continues), ``device`` the GPU it is on (``auto``)."""
+    import torch
+
+    from paczero.models import hf_model, is_peft
+
+    _check_model(model, cfg.track)
+    base = hf_model(model) if is_peft(model) else model
+    name = getattr(base, "name_or_path", None) or getattr(base.config, "_name_or_path", None) or type(base).__name__
+    if tokenizer is None and name == type(base).__name__:
+        raise ConfigError(f"a model built in memory ({name}) needs its tokenizer: give tokenizer=...")
+    dtypes = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+    if base.dtype not in dtypes:
+        raise ConfigError(f"the model's dtype {base.dtype} is not one paczero trains in (float32, bfloat16, float16)")
+    changes: dict[str, Any] = {"model": str(name), "dtype": dtypes[base.dtype], "device_map": None}
+    if cfg.device == "auto" and base.device.type == "cuda":
+        changes["device"] = str(base.device)
+    if is_peft(model):
+        lora = model.peft_config[model.active_adapter]
+        targets = lora.target_modules
+        changes.update(lora_r=int(lora.r), lora_alpha=lora.lora_alpha,
+                       lora_targets=[targets] if isinstance(targets, str) else sorted(targets))
+    elif cfg.track == "lora" and cfg.lora_targets is None:
+        from peft.utils import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as DEFAULT_TARGETS
+
+        kind = getattr(base.config, "model_type", None)
+        if kind not in DEFAULT_TARGETS:
+            raise ConfigError(f"peft names no default LoRA target modules for model type {kind!r}: set "
+                              "lora_targets, e.g. lora_targets=['q_proj', 'v_proj']")
+        changes["lora_targets"] = sorted(DEFAULT_TARGETS[kind])
+    return cfg.replace(**changes)
+
+
+# -- the examples --------------------------------------------------------------------------------------
+def _examples(cfg: TrainConfig, datasets: dict[str, Any]) -> tuple[list, list, list] | None:
+    """(train, dev, test) examples of the datasets given, normalised and split as a data file with the same
+    rows (``eval_dataset``/``test_dataset`` rows: its ``validation``/``test`` rows); None when none is given."""
+    from paczero.tasks.data import canonical_task, split_records
+
+    if datasets["train_dataset"] is None:
+        if any(v is not None for v in datasets.values()):
+            raise ConfigError("eval_dataset and test_dataset go with a train_dataset")
+        return None
+    if cfg.data is not None:
+        raise ConfigError(f"give the examples as train_dataset or as the config's data ({cfg.data!r}), not both")
+    given = [(name, split, _rows(datasets[name], name)) for name, split in _SPLITS if datasets[name] is not None]
+    if len(given) == 1:
+        records, where = given[0][2], "train_dataset"
+    else:
+        if any("split" in rows[0] for _, _, rows in given if rows):
+            raise ConfigError("a dataset with a split column goes alone, as train_dataset (it assigns its rows "
+                              "to splits); give eval_dataset and test_dataset without one")
+        records = [{**row, "split": split} for _, split, rows in given for row in rows]
+        where = " + ".join(name for name, _, _ in given)
+    try:
+        return split_records(canonical_task(cfg.task), records, where, cfg.n_train, cfg.n_dev, cfg.n_test,
+                             cfg.data_seed, cfg.columns or {}, cfg.labels)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _rows(data: Any, name: str) -> list[dict]:
+    """The rows of a ``datasets.Dataset``, a pandas DataFrame or an iterable of dicts, as dicts."""
+    if hasattr(data, "to_dict") and hasattr(data, "columns") and hasattr(data, "iloc"):  # a pandas DataFrame
+        rows = data.to_dict(orient="records")
+    elif hasattr(data, "column_names") and hasattr(data, "to_list"):  # a datasets.Dataset
+        rows = data.to_list()
+    elif isinstance(data, (str, bytes, Path, Mapping)) or not isinstance(data, Iterable):
+        hint = " (one split of it, e.g. dataset['train'])" if isinstance(data, Mapping) else \
+            "; a data file goes in the config's data setting" if isinstance(data, (str, Path)) else ""
+        raise ConfigError(f"{name} must be a datasets.Dataset, a pandas DataFrame or a list of dicts, "
+                          f"got {type(data).__name__}{hint}")
+    else:
+        rows = list(data)
+    bad = next((i for i, row in enumerate(rows) if not isinstance(row, Mapping)), None)
+    if bad is not None:
+        raise ConfigError(f"{name} row {bad + 1}: expected a mapping of column names to values, "
+                          f"got {type(rows[bad]).__name__}")
+    return [dict(row) for row in rows]
+
+
+def _single_process() -> None:
+    """Objects in memory train in one process: under torchrun each rank would hold its own copy."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else \
+        int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        raise ConfigError(f"objects given in memory train in one process, not in a data-parallel world of {world}; "
+                          "give the model and data by name and path to `paczero train` under torchrun "
+                          "(docs/distributed.md)")
