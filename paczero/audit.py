@@ -123,10 +123,14 @@ class RunEvidence:
 
 
 def _load_config(run_dir: Path) -> TrainConfig:
+    from paczero.build import refuse_in_memory
+
     try:
-        values = json.loads((run_dir / "run.json").read_text())["config"]
+        record = json.loads((run_dir / "run.json").read_text())
+        values = record["config"]
     except (OSError, ValueError, KeyError):
         raise ConfigError(f"{str(run_dir)!r} is not a paczero run folder (no readable run.json)") from None
+    refuse_in_memory(record, str(run_dir), "paczero audit")
     if isinstance(values.get("verbalizer"), dict):
         values["verbalizer"] = {int(k): v for k, v in values["verbalizer"].items()}
     values.update(resume=False, overwrite=False, progress=False)

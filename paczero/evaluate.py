@@ -1,4 +1,4 @@
-"""``paczero eval``: evaluate a finished run's selected weights, or any model, on a task."""
+"""``paczero eval``: evaluate a finished run's selected weights, a released model, or any model, on a task."""
 from __future__ import annotations
 
 import json
@@ -7,24 +7,35 @@ from pathlib import Path
 from typing import Any
 
 from paczero.config import ConfigError, TrainConfig
+from paczero.release import TASK_FILE, attach_adapter, released_config
 
 
 def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, Any] | None = None) -> dict:
     """Metrics of ``target`` on dev and/or test.
 
     ``target`` is a run folder (its config is reused, with ``overrides``; the
-    weights are the run's selected ones, else its newest checkpoint) or a
-    model name/path (evaluated as it is, zero-shot, with ``overrides``).
+    weights are the run's selected ones, else its newest checkpoint), a
+    released model folder (``RUN/model``: its task.json gives the task and the
+    test split; a LoRA adapter is loaded onto its base, ``overrides["base_model"]``
+    or the one task.json names) or a model name/path (evaluated as it is,
+    zero-shot, with ``overrides``).
     """
     from paczero.checkpoint import load_latest_checkpoint
     from paczero.models import trainable_parameters
-    from paczero.build import build, evaluate, load_trainable
+    from paczero.build import build, evaluate, load_trainable, refuse_in_memory
 
     overrides = dict(overrides or {})
     path = Path(target).expanduser()
     run = (path / "run.json").exists()
-    if run:
-        values = json.loads((path / "run.json").read_text())["config"]
+    released = not run and (path / TASK_FILE).exists()
+    if "base_model" in overrides and not released:
+        raise ConfigError("--base-model applies to a released LoRA adapter folder (one with task.json)")
+    if released:
+        cfg = released_config(path, overrides)
+    elif run:
+        record = json.loads((path / "run.json").read_text())
+        refuse_in_memory(record, target, "paczero eval", data_given="data" in overrides)
+        values = record["config"]
         values.update(overrides)
         values.update(resume=False, overwrite=False)
         if "data" in overrides and "columns" not in overrides:
@@ -39,8 +50,10 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
                                      "eval_zero_shot": False, **overrides}).validate()
     examples = _whole_file(cfg) if "data" in overrides else None
     setup = build(cfg, examples=examples)
-    source = "base model (zero-shot)"
-    if run:
+    source = "the model as given (zero-shot)"
+    if released:
+        source = attach_adapter(setup, path)
+    elif run:
         params = trainable_parameters(setup.model, cfg.track)
         selected = path / "selected.safetensors"
         if selected.exists():
@@ -73,5 +86,5 @@ def _whole_file(cfg: TrainConfig) -> tuple[list, list, list]:
     records = read_records(Path(cfg.data))
     has_split = bool(records) and "split" in records[0]
     _, _, rows = load_splits(cfg.task, source=cfg.data, n_train=0, n_dev=0, columns=cfg.columns,
-                             n_test=None if has_split else len(records))
+                             n_test=None if has_split else len(records), labels=cfg.labels)
     return [], [], rows

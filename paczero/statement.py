@@ -8,10 +8,9 @@ matched DP epsilon is a numerical reference point only (paper, Section 2).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from paczero.config import DP_MECHANISMS, PAC_PRIVATE
+from paczero.config import DP_MECHANISMS
 
 
 def secret_source(cfg, private: bool = True) -> str:
@@ -71,6 +70,10 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
     lines.append(f"Dev-best selection reads only dev metrics: post-processing, no cost to the guarantee above; the "
                  f"{cfg.n_dev} dev examples that choose the released step are not covered by it."
                  if cfg.dev_best else "Final weights released (no selection).")
+    if getattr(cfg, "rungs", None) and statement.get("private") is not False:
+        lines.append(f"Rungs {', '.join(map(str, cfg.rungs))}: the weights saved at step t are computed from the "
+                     "public directions and the first t releases (post-processing); each carries the guarantee above, "
+                     "no smaller one.")
     return "\n".join(lines)
 
 
@@ -83,61 +86,3 @@ def guarantee_summary(statement: dict[str, Any]) -> str:
                 f"at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5).")
     return (f"membership-inference success at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5), from "
             f"I(S*; transcript) <= {_num(statement.get('mi_bound'), '.6g')} nats (PAC Privacy).")
-
-
-def model_card(summary: dict[str, Any]) -> str:
-    """A model card (README.md, Hugging Face format) for a run's released model: what was trained, how,
-    its metrics and the privacy statement in words."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    cfg = summary["config"]
-    try:
-        made_by = f"paczero {version('paczero')}"
-    except PackageNotFoundError:  # pragma: no cover - a source checkout that is not installed
-        made_by = "paczero"
-    metric = summary.get("metric", "accuracy")
-    base = cfg["model"]
-    parts = base.split("/")
-    hub_id = len(parts) == 2 and all(parts) and not base.startswith((".", "~")) and not Path(base).expanduser().exists()
-    if not hub_id and "/" in base:
-        base = "a local model"  # its path may say more than a public card should
-    track = "LoRA adapters (peft)" if cfg["track"] == "lora" else "full fine-tuning (every weight)"
-
-    def score(split: dict | None) -> str:
-        return "n/a" if not split or split.get(metric) is None else f"{split[metric]:.4f}"
-
-    rows = [f"| fine-tuned (weights of step {summary.get('selected_step')}) | {score(summary.get('dev'))} | "
-            f"{score(summary.get('test'))} |"]
-    if summary.get("zero_shot"):
-        rows.insert(0, f"| zero-shot {base} | {score(summary['zero_shot'].get('dev'))} | "
-                       f"{score(summary['zero_shot'].get('test'))} |")
-    data = {"sst2": "SST-2 (stanfordnlp/sst2)", "squad": "SQuAD v1.1 (rajpurkar/squad)",
-            "demo": "the paczero demo sentiment set"}.get(cfg["task"], cfg["task"])
-    if cfg.get("data") not in (None, "demo"):
-        data = "a local data file"  # its path may say more than a public card should
-    front = ["---", f"base_model: {base}" if hub_id else None, "library_name: " + ("peft" if cfg["track"] == "lora"
-                                                                                         else "transformers"),
-             "tags:", "- paczero", "- pac-privacy" if cfg["mechanism"] in PAC_PRIVATE else None,
-             "- zeroth-order", "---"]
-    return "\n".join([line for line in front if line is not None] + [
-        "",
-        f"# {base}, fine-tuned with {cfg['mechanism']} ({made_by})",
-        "",
-        f"- Base model: `{base}`; trained: {track}, dtype {cfg['dtype']}.",
-        f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
-        f"examples (selection), test as reported below.",
-        f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
-        f"mu {cfg['mu']:g}, public seed {cfg['seed']}.",
-        f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
-        "",
-        f"| | dev {metric} | test {metric} |",
-        "|---|---|---|",
-        *rows,
-        "",
-        "## Privacy",
-        "",
-        summary["privacy_text"],
-        "",
-        "The numbers behind this statement are in `summary.json` (`privacy`) of the run that produced this model.",
-        "",
-    ])

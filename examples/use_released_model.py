@@ -1,0 +1,116 @@
+"""Use a model released by paczero with plain transformers and peft: no paczero needed.
+
+A run's released folder (``RUN/model``, or the hub repository ``paczero push`` uploaded it to) holds
+the weights (a LoRA adapter or a full model), the tokenizer, the model card and ``task.json``: the task
+the model was trained for. For a classification model, ``task.json`` gives the prompt template, the
+option text of each label (the verbalizer) and the label names; a prediction is the label whose option
+has the highest mean log-probability after the prompt. This script loads the folder, scores every
+example of a labelled file and prints the accuracy, the number ``paczero eval`` reports on the same
+examples::
+
+    python examples/use_released_model.py runs/mine/model heldout.jsonl
+    python examples/use_released_model.py runs/mine/model heldout.jsonl --base-model path/to/base
+
+The file is JSON lines (or a JSON list) of examples with the template's fields (``sentence``) and a
+``label``: its integer, or its name when ``task.json`` names the labels. ``--base-model`` loads a
+LoRA adapter's base from elsewhere than the hub id ``task.json`` names (``base_model``; where that is
+no hub id, ``base_model_note`` says what the base was).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def load_released(folder: str | Path, base_model: str | None = None):
+    """``(model, tokenizer, task)`` of a released folder: the model in eval mode, ``task`` its task.json."""
+    folder = Path(folder)
+    if not (folder / "task.json").exists():
+        raise SystemExit(f"{folder} has no task.json: it is not a model folder released by paczero")
+    task = json.loads((folder / "task.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    dtype = DTYPES[task.get("dtype", "fp32")]
+    if (folder / "adapter_config.json").exists():  # a LoRA adapter: its base model first
+        from peft import PeftModel
+
+        base_model = base_model or task["base_model"]
+        if not base_model:
+            raise SystemExit(f"the base model is not published ({task.get('base_model_note')}): give --base-model")
+        base = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+        model = PeftModel.from_pretrained(base, folder)
+    else:  # a full fine-tune: the folder is the model
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    return model.eval(), tokenizer, task
+
+
+def prompt_ids(task: dict, tokenizer, example: dict, room: int) -> list[int]:
+    """The prompt's token ids as paczero built them in training: the template filled with the example's
+    fields (each stripped), tokenised without special tokens, after the BOS token if ``task["bos"]``;
+    a prompt longer than ``room`` tokens loses tokens from the left (the BOS stays)."""
+    text = task["template"].format(**{field: str(example[field]).strip() for field in task["fields"]})
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    prefix = [tokenizer.bos_token_id] if task["bos"] else []
+    return prefix + ids[-max(room - len(prefix), 1):]
+
+
+@torch.inference_mode()
+def option_scores(model, prompt: list[int], options: list[list[int]]) -> list[float]:
+    """The mean log-probability of each option's tokens after ``prompt``."""
+    scores = []
+    for option in options:
+        ids = torch.tensor([prompt + option])
+        logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        positions = range(len(prompt) - 1, len(prompt) - 1 + len(option))  # position i predicts token i + 1
+        scores.append(sum(logprobs[p, t].item() for p, t in zip(positions, option)) / len(option))
+    return scores
+
+
+def label_of(task: dict, value) -> int:
+    """An example's label as an integer (a label name becomes its position in ``task["labels"]``)."""
+    names = task.get("labels") or []
+    if isinstance(value, str) and value.strip() in names:
+        return names.index(value.strip())
+    return int(value)
+
+
+def accuracy(model, tokenizer, task: dict, examples: list[dict]) -> float:
+    """The fraction of ``examples`` whose highest-scoring option is their label's."""
+    if task["kind"] != "classification":
+        raise SystemExit(f"this script scores classification; this model's task is {task['kind']!r} "
+                         f"(task.json and the model card say how its prompts and answers are built)")
+    labels = sorted(int(k) for k in task["verbalizer"])
+    options = [tokenizer(task["verbalizer"][str(k)], add_special_tokens=False)["input_ids"] for k in labels]
+    room = task["max_length"] - (max(len(o) for o in options) - 1)
+    correct = 0
+    for example in examples:
+        scores = option_scores(model, prompt_ids(task, tokenizer, example, room), options)
+        correct += labels[max(range(len(scores)), key=scores.__getitem__)] == label_of(task, example["label"])
+    return correct / len(examples)
+
+
+def read_examples(path: str | Path) -> list[dict]:
+    text = Path(path).read_text()
+    return json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines()
+                                                                      if line.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir", help="a released folder: RUN/model, or a local copy of its hub repository")
+    parser.add_argument("data", help="labelled examples: JSON lines (or a JSON list) with the template's fields "
+                        "and label")
+    parser.add_argument("--base-model", help="a LoRA adapter's base model (default: task.json's base_model)")
+    args = parser.parse_args()
+    model, tokenizer, task = load_released(args.model_dir, args.base_model)
+    examples = read_examples(args.data)
+    print(json.dumps({"examples": len(examples), "accuracy": accuracy(model, tokenizer, task, examples)}))
+
+
+if __name__ == "__main__":
+    main()
