@@ -1,0 +1,196 @@
+"""Live monitoring: a run's public values, as it trains, to TensorBoard or Weights & Biases.
+
+``report_to`` (config key, flag ``--report-to``) picks the tracker: ``none`` (the default), ``tensorboard``
+(event files in ``RUN/tensorboard/``, through the ``tensorboard`` package: ``pip install
+'paczero[tensorboard]'``) or ``wandb`` (a W&B run whose files go to ``RUN/wandb/``: ``pip install
+'paczero[wandb]'``; ``WANDB_MODE=offline`` keeps it on this machine, ``WANDB_PROJECT`` names the project,
+``paczero`` by default).
+
+A tracker is handed only what the run folder publishes: each step's record as ``log.jsonl`` holds it, each
+dev evaluation as ``evals.jsonl`` holds it, the metrics and privacy statement of ``summary.json``, and the
+config without ``private_seed``. Never the secret, the mechanism's state, ``journal.jsonl`` or
+``private.json``. For the DP baselines the spent epsilon is the accountant's for the steps taken, a function
+of the public calibration (noise multiplier, sampling rate, delta), logged at each dev evaluation.
+
+Tags (TensorBoard scalars; W&B history keys), at the global step ``steps done``: see :data:`STEP_TAGS`;
+``dev/<metric>`` per evaluation; ``privacy/epsilon`` (DP) per evaluation; ``test/<metric>`` and the
+privacy statement's numbers (``privacy/mi_bound``, ``privacy/mia_bound``, ``privacy/epsilon_rdp``, ...) at
+the end.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
+
+_log = logging.getLogger(__name__)
+
+#: the per-step record's keys (log.jsonl) a tracker logs, and their tags
+STEP_TAGS = {"train_loss": "train/loss", "lr": "train/lr", "cum_mi": "privacy/cum_mi", "mi_step": "privacy/mi_step",
+             "agreement": "release/agreement", "unanimity": "release/unanimity", "free_frac": "release/free_frac",
+             "seconds": "time/seconds_per_step"}
+#: the numbers of a privacy statement (summary.json ``privacy``) logged at the end of a run
+FINAL_PRIVACY = ("mi_bound", "mi_total_budget", "mi_spent", "mia_bound", "matched_dp_epsilon", "unanimity_rate",
+                 "epsilon_rdp", "epsilon_pld", "epsilon_target", "delta")
+#: the Python package each tracker needs, and the extra that installs it
+LIBRARIES = {"tensorboard": ("tensorboard", "paczero[tensorboard]"), "wandb": ("wandb", "paczero[wandb]")}
+WANDB_ID = "paczero-run-id"  # in RUN/wandb/: the W&B run id, kept for --resume
+
+
+def check_report_to(cfg: TrainConfig) -> None:
+    """Raise ConfigError (one line) unless the library ``cfg.report_to`` needs is installed: checked before any
+    model loads."""
+    if cfg.report_to in LIBRARIES:
+        module, extra = LIBRARIES[cfg.report_to]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"report_to {cfg.report_to} needs the {module} package, which is not installed: "
+                              f"pip install '{extra}' (or --report-to none)")
+
+
+def public_config(cfg: TrainConfig) -> dict[str, Any]:
+    """The config a tracker records: run.json's, without the private seed."""
+    return {k: v for k, v in cfg.to_dict().items() if k != "private_seed"}
+
+
+class Tracker:
+    """``report_to none``: logs nothing. The base of the trackers: which public values go out, and when."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, accounting: dict | None = None):
+        self.cfg, self.run_dir, self.accounting = cfg, run_dir, accounting
+
+    # -- what the training loop calls
+    def step(self, record: dict) -> None:
+        """One step's public record (log.jsonl's line)."""
+        values = {tag: record[key] for key, tag in STEP_TAGS.items() if _number(record.get(key))}
+        if self.cfg.mechanism in DP_MECHANISMS:
+            values = {t: v for t, v in values.items() if not t.startswith("privacy/")}  # DP: MI is not its measure
+        self._scalars(values, record["step"] + 1)
+
+    def evaluation(self, step: int, dev: dict) -> None:
+        """One dev evaluation after ``step`` steps (evals.jsonl's record); DP: the epsilon spent so far."""
+        values = {f"dev/{k}": v for k, v in dev.items() if _number(v)}
+        if self.accounting is not None:
+            values["privacy/epsilon"] = dp_epsilon(self.accounting, step)
+        self._scalars(values, step)
+
+    def close(self, summary: dict | None = None) -> None:
+        """End the tracker; ``summary`` (summary.json) adds the test metrics and the privacy statement's numbers."""
+        if summary is not None:
+            final = {f"test/{k}": v for k, v in (summary.get("test") or {}).items() if _number(v)}
+            final.update({f"zero_shot/{k}": v for k, v in ((summary.get("zero_shot") or {}).get("test") or {}).items()
+                          if _number(v)})
+            privacy = summary.get("privacy") or {}
+            final.update({f"privacy/{k}": privacy[k] for k in FINAL_PRIVACY if _number(privacy.get(k))})
+            if _number(summary.get("selected_step")):
+                final["selected_step"] = summary["selected_step"]
+            self._final(final, self.cfg.steps)
+        self._end(failed=False)
+
+    def __enter__(self) -> "Tracker":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is not None:  # a run that stops on an error ends its tracker here (close() ends the others)
+            self._end(failed=True)
+
+    # -- what a tracker implements
+    def _scalars(self, values: dict[str, float], step: int) -> None:
+        pass
+
+    def _final(self, values: dict[str, float], step: int) -> None:
+        self._scalars(values, step)
+
+    def _end(self, failed: bool) -> None:
+        pass
+
+
+class TensorBoardTracker(Tracker):
+    """Event files in ``RUN/tensorboard/`` (``tensorboard --logdir RUN/tensorboard``)."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, accounting: dict | None = None):
+        super().__init__(cfg, run_dir, accounting)
+        from torch.utils.tensorboard import SummaryWriter  # writes with the tensorboard package
+
+        self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+        self.writer.add_text("config", "```\n" + json.dumps(public_config(cfg), indent=1, default=str) + "\n```")
+
+    def _scalars(self, values: dict[str, float], step: int) -> None:
+        for tag, v in values.items():
+            self.writer.add_scalar(tag, float(v), global_step=step)
+
+    def _end(self, failed: bool) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+class WandbTracker(Tracker):
+    """A W&B run (``wandb.init``) with the run folder's name, its files in ``RUN/wandb/``; a resumed run
+    continues the same W&B run (its id is kept in ``RUN/wandb/paczero-run-id``)."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, accounting: dict | None = None, *, wandb=None):
+        super().__init__(cfg, run_dir, accounting)
+        if wandb is None:
+            import wandb
+        self.wandb = wandb
+        folder = run_dir / "wandb"
+        folder.mkdir(exist_ok=True)
+        id_file = folder / WANDB_ID
+        run_id = id_file.read_text().strip() if cfg.resume and id_file.exists() else None
+        if run_id is None:
+            run_id = secrets.token_hex(6)  # letters and digits, as W&B ids are
+            id_file.write_text(run_id + "\n")
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "paczero"), name=run_dir.name, id=run_id,
+                              resume="allow", dir=str(run_dir), config=public_config(cfg))
+
+    def _scalars(self, values: dict[str, float], step: int) -> None:
+        if values:
+            self.run.log(values, step=step)
+
+    def _final(self, values: dict[str, float], step: int) -> None:
+        self.run.summary.update(values)
+
+    def _end(self, failed: bool) -> None:
+        if self.run is not None:
+            self.run.finish(exit_code=1 if failed else 0)
+            self.run = None
+
+
+def open_tracker(cfg: TrainConfig, run_dir: Path, mechanism=None) -> Tracker:
+    """The tracker ``cfg.report_to`` names. From ``mechanism`` it keeps only a DP baseline's public
+    calibration (:func:`dp_accounting`)."""
+    accounting = dp_accounting(mechanism) if mechanism is not None else None
+    kind = {"none": Tracker, "tensorboard": TensorBoardTracker, "wandb": WandbTracker}[cfg.report_to]
+    return kind(cfg, run_dir, accounting)
+
+
+def dp_accounting(mechanism) -> dict | None:
+    """A DP baseline's public calibration (what its privacy statement publishes), or None for the others."""
+    if getattr(mechanism, "noise_multiplier", None) is None or mechanism.name not in DP_MECHANISMS:
+        return None
+    return {"mechanism": mechanism.name, "noise_multiplier": mechanism.noise_multiplier,
+            "sample_rate": mechanism.sample_rate, "delta": mechanism.delta, "accountant": mechanism.accountant,
+            "laplace_scale": getattr(mechanism, "laplace_scale", None)}
+
+
+def dp_epsilon(accounting: dict, steps: int) -> float:
+    """Epsilon spent after ``steps`` steps by the calibrating accountant, from the public calibration (a
+    privacy statement's ``noise_multiplier``, ``sample_rate``, ``delta``, ``accountant``, DP-AggZO's
+    ``laplace_scale``)."""
+    from paczero.privacy import dp
+
+    a = accounting
+    if a.get("laplace_scale") is not None:  # DP-AggZO and its K = 1 form: the Laplace count is spent at step 0
+        return dp.dp_aggzo_epsilon(a["noise_multiplier"], a["laplace_scale"], a["sample_rate"], steps, a["delta"],
+                                   a.get("accountant", "rdp"))
+    return dp.dpzero_epsilon(a["noise_multiplier"], a["sample_rate"], steps, a["delta"], a.get("accountant", "rdp"))
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
