@@ -16,7 +16,10 @@ A run directory holds::
         manifest.json         sha256 of each file above
     best/weights.safetensors  dev-best trainable weights (selection reads dev metrics only)
     selected.safetensors      the released trainable weights (dev-best, or final)
-    model/                    the released model, save_pretrained format, with a model card (README.md)
+    rungs/step-N/weights.safetensors, rungs.jsonl
+                              a T-ladder's weights at each rung and their evaluations (paczero.rungs)
+    model/                    the released model (paczero.release): save_pretrained format, task.json,
+                              a model card (README.md); every file 0644
     summary.json        config, metrics, privacy statement
 
 Every field is described in docs/outputs.md.
@@ -30,7 +33,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import errno
 import json
+import logging
 import os
 import platform
 import shutil
@@ -41,6 +46,10 @@ import numpy as np
 
 MARKER = "paczero-run"
 KEEP = 2
+#: every name a run writes in its folder (docs/outputs.md), besides its lock: what ``--overwrite`` deletes
+RUN_FILES = ("run.json", "log.jsonl", "journal.jsonl", "evals.jsonl", "checkpoints", "best", "selected.safetensors",
+             "model", "summary.json", "rungs", "rungs.jsonl", "curves.png", "tensorboard", "wandb")
+_log = logging.getLogger(__name__)
 
 
 class CheckpointError(ValueError):
@@ -105,7 +114,21 @@ def atomic_json(path: Path, obj: Any) -> None:
 
 
 def save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, private: dict) -> Path:
-    """Write checkpoint ``step`` atomically; keep the newest KEEP checkpoints."""
+    """Write checkpoint ``step`` atomically; keep the newest KEEP checkpoints. A write that fails (a full
+    disk) leaves the earlier checkpoints as they were and raises CheckpointError (one line)."""
+    try:
+        return _save_checkpoint(run_dir, step, weights, public, private)
+    except OSError as e:
+        for stale in (run_dir / "checkpoints").glob(f".tmp-step-{step:06d}-{os.getpid()}"):
+            shutil.rmtree(stale, ignore_errors=True)  # give back the space of the half-written copy
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise CheckpointError(
+            f"cannot write the checkpoint of step {step} in {str(run_dir)!r}: {e.strerror or e.__class__.__name__}; "
+            + ("free some space, then " if full else "") + "continue the run with --resume (every logged step "
+            "is kept)") from None
+
+
+def _save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, private: dict) -> Path:
     from safetensors.torch import save_file
 
     root = run_dir / "checkpoints"
@@ -152,10 +175,12 @@ def verify_checkpoint(path: Path) -> None:
             raise CheckpointError(f"checkpoint {path.name}: {name} is corrupted (checksum mismatch)")
 
 
-def load_latest_checkpoint(run_dir: Path, warn=print) -> tuple[int, dict, dict, dict] | None:
-    """The newest checkpoint that verifies: (step, weights, public, private); None if there is none."""
+def load_latest_checkpoint(run_dir: Path, warn=None) -> tuple[int, dict, dict, dict] | None:
+    """The newest checkpoint that verifies: (step, weights, public, private); None if there is none.
+    ``warn`` (default: a logged warning) hears of each damaged checkpoint that is passed over."""
     from safetensors.torch import load_file
 
+    warn = warn or _log.warning
     for path in reversed(list_checkpoints(run_dir)):
         try:
             verify_checkpoint(path)
@@ -163,7 +188,7 @@ def load_latest_checkpoint(run_dir: Path, warn=print) -> tuple[int, dict, dict, 
             private = decode(json.loads((path / "private.json").read_text()))
             weights = load_file(str(path / "weights.safetensors"))
         except (CheckpointError, OSError, ValueError) as e:
-            warn(f"warning: {e}; falling back to the previous checkpoint")
+            warn(f"{e}; falling back to the previous checkpoint")
             continue
         return int(public["step"]), weights, public, private
     return None
@@ -236,10 +261,10 @@ def prepare_run_dir(out_dir: str, *, overwrite: bool, resume: bool,
     """Check the output folder before any expensive work, never clobber a user's files, and claim it.
 
     A fresh run needs an empty or absent folder. ``overwrite`` allows an earlier
-    paczero run there (and refuses a folder that is not one, or one holding an
-    input of this run: ``reads`` names them, e.g. ``{"data file": path}``); the
-    earlier run is deleted only by :func:`clear_run_dir`, once every input has
-    been read and checked. ``resume`` needs an earlier run. A folder that another
+    paczero run there (and refuses a folder that is not one, or one where an
+    input of this run is among the files a run writes: ``reads`` names them, e.g.
+    ``{"data file": path}``); the earlier run's files are deleted only by
+    :func:`clear_run_dir`, once every input has been read and checked. ``resume`` needs an earlier run. A folder that another
     process holds (:class:`RunLock`) is refused in every case. The caller releases
     the returned lock when done.
     """
@@ -272,9 +297,10 @@ def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool,
             marker = None
         if marker != MARKER:
             raise CheckpointError(f"refusing to overwrite {out_dir!r}: run.json is not a paczero marker")
-        inside = path.resolve()
+        ours = [(path / name).resolve() for name in RUN_FILES]
         for what, value in reads.items():
-            if value and inside in Path(value).expanduser().resolve().parents:
+            given = Path(value).expanduser().resolve() if value else None
+            if given is not None and any(own == given or own in given.parents for own in ours):
                 raise CheckpointError(f"refusing to overwrite {out_dir!r}: it holds this run's {what} ({value}); "
                                       "move it out of the folder first")
         return path, RunLock(path)  # never touch a run that is still being written
@@ -283,8 +309,22 @@ def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool,
     return path, RunLock(path, created=created)
 
 
-def clear_run_dir(path: Path) -> None:
-    """Delete the earlier run that ``--overwrite`` replaces (everything but this process's lock)."""
-    for entry in path.iterdir():
-        if entry.name != RunLock.NAME:
-            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+def own_entry(name: str) -> bool:
+    """Whether a run writes ``name`` in its folder: one of RUN_FILES, or a temporary of one of them
+    (``.run.json.tmp1234``: an atomic write that a crash interrupted)."""
+    return name in RUN_FILES or any(name.startswith(f".{own}.tmp") for own in RUN_FILES)
+
+
+def clear_run_dir(path: Path) -> list[str]:
+    """Delete the earlier run that ``--overwrite`` replaces: the files a run writes (RUN_FILES and their
+    temporaries). Everything else in the folder (a user's notes, data, anything paczero did not write)
+    stays; its names are returned, sorted."""
+    kept = []
+    for entry in sorted(path.iterdir()):
+        if entry.name == RunLock.NAME:
+            continue
+        if not own_entry(entry.name):
+            kept.append(entry.name)
+            continue
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    return kept

@@ -1,4 +1,4 @@
-"""Command line: ``paczero train | eval | privacy | recipes``.
+"""Command line: ``paczero train | eval | push | privacy | recipes | sweep | report | audit | bench``.
 
 Every field of :class:`paczero.config.TrainConfig` is a flag of ``train``
 (``mi_budget`` is ``--mi-budget``). Values merge in this order: defaults, a
@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import sys
 import typing
+from pathlib import Path
 from typing import Any
 
 from paczero.config import LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
@@ -67,8 +69,41 @@ def _none_or(kind):
     return parse
 
 
+def _items(kind):
+    """One value of a list flag: ``a,b`` or ``a`` (``--lora-targets q_proj,v_proj`` and ``--lora-targets
+    q_proj v_proj`` give the same list; :class:`_Flatten` joins the pieces)."""
+    def parse(text: str) -> list:
+        parts = [part.strip() for part in text.split(",")]
+        if not all(parts):
+            raise argparse.ArgumentTypeError(f"empty item in {text!r}")
+        try:
+            return [kind(part) for part in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value in {text!r}") from None
+    return parse
+
+
+class _Flatten(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [item for value in values for item in value])
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def _template(text: str) -> str:
+    """A prompt template as typed in a shell: ``\\n``, ``\\t`` and ``\\\\`` stand for a newline, a tab and a
+    backslash (a YAML config writes them as YAML strings do)."""
+    import re
+
+    if text.lower() in ("none", "null", "off"):  # the task's own template
+        return None
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
+
+
 #: choices named in the flags' help (checked by TrainConfig.validate, which names them again on bad input)
 _CHOICES = {"mechanism": MECHANISMS, "lr_schedule": LR_SCHEDULES}
+_TEMPLATE_HELP = "; in the flag, \\n and \\t stand for a newline and a tab"
 
 
 def _field_help() -> dict[str, str]:
@@ -84,9 +119,30 @@ def _field_help() -> dict[str, str]:
     return {name: text.strip() for name, text in found}
 
 
+def _field_topics() -> dict[str, str]:
+    """Each TrainConfig field's topic: the ``# model``, ``# task and data``, ... comment above it."""
+    import inspect
+    import re
+
+    try:
+        source = inspect.getsource(TrainConfig)
+    except (OSError, TypeError):
+        return {}
+    topics, topic = {}, "settings"
+    for line in source.splitlines():
+        heading = re.match(r"^    # ([a-z][\w ]*)$", line)
+        field = re.match(r"^    (\w+): ", line)
+        if heading:
+            topic = heading.group(1)
+        elif field:
+            topics[field.group(1)] = topic
+    return topics
+
+
 def _add_config_flags(p: argparse.ArgumentParser) -> None:
     hints = typing.get_type_hints(TrainConfig)
-    helps = _field_help()
+    helps, topics = _field_help(), _field_topics()
+    groups: dict[str, Any] = {}
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         hint = hints[f.name]
@@ -97,6 +153,8 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
         text = helps.get(f.name, "")
         if f.name in _CHOICES:
             text = (text + "; " if text else "") + "one of " + ", ".join(_CHOICES[f.name])
+        if f.name == "template":
+            text += _TEMPLATE_HELP
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
                               "help": (text + " " if text else "") + f"(default: {default})".replace("%", "%%")}
         if base is bool:
@@ -105,11 +163,16 @@ def _add_config_flags(p: argparse.ArgumentParser) -> None:
             kw["type"] = _verbalizer
         elif typing.get_origin(base) is dict:
             kw["type"] = _parse_mapping
-        elif typing.get_origin(base) is list:
-            kw["nargs"] = "+"
+        elif typing.get_origin(base) is list:  # --rungs 500 1000 1500, or 500,1000,1500
+            kw.update(nargs="+", type=_items(typing.get_args(base)[0]), action=_Flatten)
+        elif f.name == "template":
+            kw["type"] = _template
         elif base in (int, float, str):
             kw["type"] = _none_or(base) if optional else base
-        p.add_argument(flag, **kw)
+        topic = topics.get(f.name, "settings")
+        if topic not in groups:
+            groups[topic] = p.add_argument_group(topic)
+        groups[topic].add_argument(flag, **kw)
 
 
 def config_from_args(ns: argparse.Namespace) -> TrainConfig:
@@ -129,40 +192,65 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paczero", description="PAC-private zeroth-order fine-tuning of language models.")
+    parser.add_argument("--version", action="version", version=f"paczero {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("train", help="fine-tune a model (PAC-ZPL, PAC-MI, hybrid, DP baselines, references)")
-    p.add_argument("--recipe", help="a shipped recipe, e.g. headline/sst2-opt1.3b-ft-zpl (see 'paczero recipes')")
-    p.add_argument("--config", help="a YAML file of TrainConfig keys")
-    p.add_argument("--print-config", action="store_true", help="print the merged config and exit")
+    p = sub.add_parser("train", help="fine-tune a model (PAC-ZPL, PAC-MI, hybrid, DP baselines, references)",
+                       description="Fine-tune a model. Values merge in this order: defaults, --recipe or --config, "
+                                   "then the flags below (each is the config key of the same name).")
+    g = p.add_argument_group("where the settings come from")
+    g.add_argument("--recipe", help="a shipped recipe, e.g. headline/sst2-opt1.3b-ft-zpl (see 'paczero recipes')")
+    g.add_argument("--config", help="a YAML file of TrainConfig keys")
+    g.add_argument("--print-config", action="store_true", help="print the merged config and exit")
     _add_config_flags(p)
 
-    p = sub.add_parser("eval", help="evaluate a finished run (its selected weights) or a model on a task")
-    p.add_argument("target", help="a run folder, or a model name/path")
+    p = sub.add_parser("eval", help="evaluate a finished run (its selected weights), a released model or a model "
+                       "on a task")
+    p.add_argument("target", help="a run folder, a released model folder (RUN/model: its task.json sets the task), "
+                   "or a model name/path")
     p.add_argument("--split", choices=["dev", "test", "both"], default="both",
                    help="which of the run's (or the task's) splits (default: both)")
     p.add_argument("--data", default=argparse.SUPPRESS,
                    help="evaluate on every example of this file instead (its test rows if it has a split column)")
     p.add_argument("--columns", type=_parse_mapping, default=argparse.SUPPRESS,
                    help="the file's column names, e.g. sentence=text,label=stars")
-    for name in ("task", "template", "n-test", "n-dev", "token-budget", "device", "dtype"):
-        p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS,
-                       type=int if name in ("n-test", "n-dev", "token-budget") else str)
+    for name, kind, text in (("task", str, "the task (default: the run's)"),
+                             ("template", _template, "the prompt template (default: the run's)" + _TEMPLATE_HELP),
+                             ("n-test", int, "test examples (default: the run's)"),
+                             ("n-dev", int, "dev examples (default: the run's)"),
+                             ("token-budget", int, "tokens per micro-batch (default: the run's)"),
+                             ("device", str, "auto, cpu or cuda[:N] (default: the run's)"),
+                             ("dtype", str, "fp32, bf16 or fp16 (default: the run's)"),
+                             ("verbalizer", _verbalizer, "classification label -> option text, e.g. "
+                              "'0= terrible,1= great' (default: the run's)"),
+                             ("labels", str, "classification class names, e.g. negative,positive (default: the run's)"),
+                             ("base-model", str, "a released LoRA adapter's base model (default: the one its "
+                              "task.json names)")):
+        p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS, type=kind, help=text)
+
+    p = sub.add_parser("push", help="upload a run's released model (RUN/model: weights, task.json, model card) to "
+                       "the Hugging Face hub")
+    p.add_argument("target", help="a finished run folder, or its released model folder")
+    p.add_argument("--repo-id", required=True, help="the hub repository, e.g. me/sst2-pac-zpl (created if need be)")
+    p.add_argument("--private", action="store_true", help="create the repository private")
+    p.add_argument("--commit-message", help="the commit's message (default: names the task and the step)")
 
     p = sub.add_parser("privacy", help="MIA bound and matched DP epsilon of an MI budget (or the reverse)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--mi", type=float, help="total MI budget in nats")
     g.add_argument("--epsilon", type=float, help="a DP epsilon: the MI with the same MIA bound")
     g.add_argument("--mia", type=float, help="a target MIA success bound: the MI that guarantees it")
-    p.add_argument("--delta", type=float, default=1e-5)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--delta", type=float, default=1e-5, help="the DP delta of --epsilon and of the matched epsilon "
+                   "(default: 1e-05)")
+    p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
 
     p = sub.add_parser("recipes", help="list the shipped recipes (one per paper cell), by table")
     p.add_argument("--show", help="print one recipe")
 
     p = sub.add_parser("sweep", help="run a grid of recipes x seeds (resumable; local, one per GPU, or SLURM)")
     p.add_argument("recipes", nargs="+", help="recipe names, globs ('headline/sst2-*'), table names or YAML files")
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--seeds", nargs="+", type=_items(int), action=_Flatten, default=[0],
+                   help="public seeds, e.g. --seeds 0 1 2 or --seeds 0,1,2 (default: 0)")
     p.add_argument("--out-root", default="runs", help="cell (r, k) runs in OUT_ROOT/r/seedk (default: runs)")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", metavar="KEY=VALUE",
                    help="override recipe keys for every cell, e.g. --set dtype=bf16 token_budget=16384")
@@ -195,10 +283,11 @@ def _build_parser() -> argparse.ArgumentParser:
                         "computed with the secret j* and the true membership, so the output is PRIVATE and must "
                         "not be published")
 
-    p = sub.add_parser("bench", help="time and memory of a ZO step against the inference floor (one run)")
-    from paczero.bench import add_arguments as add_bench_arguments  # light: torch loads only when it runs
-
-    add_bench_arguments(p)
+    # the benchmark (benchmarks/step of a source checkout) parses its own arguments when it runs, so that
+    # building this parser reads no benchmark code; a prefix that no argument starts with hands them all over
+    p = sub.add_parser("bench", help="time and memory of a ZO step against the inference floor (one run; "
+                       "a source checkout's benchmarks/)", add_help=False, prefix_chars="\0")
+    p.add_argument("bench_args", nargs="*")
     return parser
 
 
@@ -222,9 +311,22 @@ def _cmd_eval(ns) -> int:
     from paczero.evaluate import evaluate_target
 
     overrides = {k: getattr(ns, k) for k in ("task", "data", "columns", "template", "n_test", "n_dev",
-                                             "token_budget", "device", "dtype") if hasattr(ns, k)}
+                                             "token_budget", "device", "dtype", "verbalizer", "labels",
+                                             "base_model") if hasattr(ns, k)}
     result = evaluate_target(ns.target, split=ns.split, overrides=overrides)
     print(json.dumps(result, indent=1))
+    return 0
+
+
+def _cmd_push(ns) -> int:
+    from paczero.release import PushError, push
+
+    try:
+        url = push(ns.target, ns.repo_id, private=ns.private, commit_message=ns.commit_message)
+    except PushError as e:  # the hub refused or could not be reached: not bad input
+        print(f"paczero: error: {e}", file=sys.stderr)
+        return 1
+    print(f"pushed to {url}")
     return 0
 
 
@@ -307,10 +409,56 @@ def _cmd_audit(ns) -> int:
     return 0
 
 
-def _cmd_bench(ns) -> int:
-    from paczero.bench import run
+def benchmarks_folder() -> Path:
+    """The ``benchmarks/`` folder of the source checkout this paczero runs from (beside the package)."""
+    import paczero
 
-    return run(ns)
+    return Path(paczero.__file__).resolve().parent.parent / "benchmarks"
+
+
+def _cmd_bench(ns) -> int:
+    import importlib
+
+    folder = benchmarks_folder()
+    if not (folder / "step" / "__init__.py").is_file():
+        raise UsageError(f"paczero bench runs the benchmarks of a source checkout: there is no {folder / 'step'} "
+                         "beside this paczero (clone the repository, pip install -e . in it, and run paczero bench "
+                         "or python benchmarks/bench_step.py there)")
+    if str(folder.parent) not in sys.path:
+        sys.path.insert(0, str(folder.parent))  # also for the benchmark's spawned processes, which inherit it
+    step = importlib.import_module("benchmarks.step")
+    if Path(step.__file__).resolve().parent != folder / "step":
+        raise UsageError(f"paczero bench: the module benchmarks.step comes from {step.__file__}, not {folder}")
+    p = _Parser(prog="paczero bench", description=step.__doc__.splitlines()[0])
+    step.add_arguments(p)
+    return step.run(p.parse_args(ns.bench_args))
+
+
+def version() -> str:
+    """The installed paczero's version (its package metadata)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("paczero")
+    except PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown (not installed)"
+
+
+class _StderrHandler(logging.Handler):
+    """paczero's warnings, one line each on stderr (whatever ``sys.stderr`` is when one is emitted)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(f"paczero: {record.levelname.lower()}: {record.getMessage()}\n")
+        except Exception:  # noqa: BLE001 - logging must never raise
+            self.handleError(record)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("paczero")
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        logger.addHandler(_StderrHandler(logging.WARNING))
 
 
 def bad_input(e: Exception) -> int:
@@ -324,10 +472,12 @@ def bad_input(e: Exception) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
+    _log_to_stderr()
     try:
         ns = parser.parse_args(argv)
         handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes,
-                   "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit, "bench": _cmd_bench}
+                   "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit, "bench": _cmd_bench,
+                   "push": _cmd_push}
         return handler[ns.command](ns)
     except (UsageError, ValueError) as e:  # ConfigError, CheckpointError and bad values are ValueErrors
         return bad_input(e)

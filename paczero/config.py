@@ -20,14 +20,18 @@ import yaml
 
 #: The mechanism registry: every name a config may give (the classes: ``paczero.mechanisms.MECHANISMS``,
 #: kept equal to this by a test), and the families that train, report, statement and bench read.
-MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo",
+MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo", "dpzero-aggzo1",
               "raw_full", "quant_full", "raw_half", "quant_half", "random_sign")
 PAC_MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "raw_half", "quant_half")  # these use the candidate subsets
 PAC_PRIVATE = ("pac-zpl", "pac-mi", "hybrid")  # a PAC Privacy guarantee
 MI_BUDGETED = ("pac-mi", "hybrid")              # take an MI budget (mi_budget)
-DP_MECHANISMS = ("dpzero", "dp-aggzo")          # (epsilon, delta)-DP on Poisson-sampled batches
-TASKS = ("sst2", "squad", "demo")
+DP_MECHANISMS = ("dpzero", "dp-aggzo", "dpzero-aggzo1")  # (epsilon, delta)-DP on Poisson-sampled batches
+SELECT_METRICS = ("loss", "accuracy", "f1")  # dev-best selection: the lowest dev loss, the highest accuracy or F1
+TASKS = ("sst2", "squad", "demo", "completion")
+CLASSIFICATION_TASKS = ("sst2", "demo")
 LR_SCHEDULES = ("constant", "linear", "polynomial")
+ANSWER_STOPS = ("newline-token", "any-newline")  # squad: where a generated answer ends (paczero/tasks/qa.py)
+REPORT_TO = ("none", "tensorboard", "wandb")  # live monitoring of a run's public values (paczero/trackers.py)
 
 
 class ConfigError(ValueError):
@@ -48,13 +52,14 @@ class TrainConfig:
     device_map: str | None = None            # e.g. "auto": shard a model too big for one GPU (needs accelerate)
     lora_r: int = 8                          # LoRA rank r
     lora_alpha: int = 16                     # LoRA scaling alpha
-    lora_targets: list[str] | None = None    # None: peft's default (query/value projections)
+    lora_targets: list[str] | None = None    # modules that get adapters, e.g. q_proj,v_proj; None: peft's default (query/value projections)
     # task and data
-    task: str = "demo"                       # "sst2" | "squad" | "demo"
+    task: str = "demo"                       # "sst2" | "squad" | "demo" | "completion" (prompt -> completion, or chat messages)
     data: str | None = None                  # a local .jsonl/.json/.csv/.tsv/.parquet file, or "demo"; None: the task's dataset (SST-2, SQuAD: the hub's)
     columns: dict[str, str] | None = None    # map task fields to file columns, e.g. {"sentence": "text"}
     template: str | None = None              # classification prompt, with {sentence}
     verbalizer: dict[int, str] | None = None # classification label -> option text
+    labels: list[str] | None = None          # classification class names, label i the i-th (e.g. negative,positive): the data may give labels by name; the verbalizer defaults to " name"
     objective: str = "nll"                   # squad training loss: "nll" | "f1"
     n_train: int = 1000                      # |U|, the training universe
     n_dev: int = 500                         # dev examples (model selection), drawn apart from U
@@ -83,7 +88,9 @@ class TrainConfig:
     # evaluation and selection
     eval_every: int = 100                    # steps between dev evaluations
     dev_best: bool = True                    # release the dev-best weights (post-processing) instead of the last
+    select_metric: str | None = None         # what dev-best selects by: "loss" (lowest) | "accuracy" | "f1" (highest); None: the task's metric
     eval_zero_shot: bool = True              # evaluate the base model on dev and test first
+    rungs: list[int] | None = None           # T-ladder: steps at which one run saves and evaluates its weights
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
     lockstep_batches: int = 1                # full FT: token budgets per sign whose + and - forwards share each draw of z (0: off)
@@ -95,7 +102,10 @@ class TrainConfig:
     resume: bool = False                     # continue the run in out_dir from its newest checkpoint
     checkpoint_every: int = 50               # steps between checkpoints
     progress: bool = True                    # a progress bar on stderr
+    report_to: str = "none"                  # live monitoring of the public per-step values: "none" | "tensorboard" | "wandb" (their own libraries: pip install 'paczero[tensorboard]' or 'paczero[wandb]')
     max_new_tokens: int = 50                 # squad: the longest generated answer
+    max_length: int = 2048                   # tokens per example (squad: prompt plus generated answer); longer prompts lose tokens from the left, with a warning
+    answer_stop: str = "newline-token"       # squad generation: "newline-token" (the newline token or EOS) | "any-newline"
 
     # ------------------------------------------------------------------
     @classmethod
@@ -108,6 +118,10 @@ class TrainConfig:
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
             raise ConfigError(f"{source}: unknown key(s) {', '.join(unknown)}")
+        if isinstance(values.get("lora_targets"), str):  # "q_proj,v_proj", as the flag takes it
+            values["lora_targets"] = [t.strip() for t in values["lora_targets"].split(",")]
+        if isinstance(values.get("labels"), str):  # "negative,positive", as the flag takes it
+            values["labels"] = [t.strip() for t in values["labels"].split(",")]
         return cls(**{k: _as_number(cls, k, v) for k, v in values.items()})
 
     @classmethod
@@ -163,16 +177,42 @@ class TrainConfig:
             finite_pos("clip", self.clip)
         integer("num_directions", self.num_directions, 1)
         integer("eval_every", self.eval_every, 1)
+        if self.select_metric is not None:
+            need(self.select_metric in SELECT_METRICS,
+                 f"select_metric must be one of {', '.join(SELECT_METRICS)}, got {self.select_metric!r}")
+            need(self.select_metric != ("accuracy" if self.task in ("squad", "completion") else "f1"),
+                 f"select_metric {self.select_metric} does not apply to task {self.task} (its dev metrics: "
+                 f"{'loss, f1' if self.task in ('squad', 'completion') else 'loss, accuracy'})")
         integer("token_budget", self.token_budget, 16)
         integer("lockstep_batches", self.lockstep_batches, 0)
         if self.compile:
             need(self.track == "lora", "compile applies to --track lora only (full fine-tuning reroutes module "
                                        "forwards inside each evaluation, which a compiled graph would not see)")
-            need(self.task != "squad", "compile applies to classification tasks only (SQuAD decodes answers "
+            need(self.task in CLASSIFICATION_TASKS, "compile applies to classification tasks only (SQuAD decodes answers "
                                        "with a key-value cache, which is not compiled here)")
             need(self.device_map is None, "compile does not apply to a sharded model (--device-map)")
         integer("checkpoint_every", self.checkpoint_every, 1)
+        need(self.report_to in REPORT_TO, f"report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
+        need(not (self.overwrite and self.resume), "give --overwrite (replace the run in out_dir) or --resume "
+                                                   "(continue it), not both")
+        if self.lora_targets is not None:
+            need(isinstance(self.lora_targets, list) and len(self.lora_targets) > 0
+                 and all(isinstance(t, str) and t.strip() and "," not in t for t in self.lora_targets),
+                 f"lora_targets must be a list of module names, e.g. q_proj,v_proj, got {self.lora_targets!r}")
         integer("max_new_tokens", self.max_new_tokens, 1)
+        integer("max_length", self.max_length, 2)
+        need(self.task != "squad" or self.max_length > self.max_new_tokens,
+             f"max_length ({self.max_length}) must exceed max_new_tokens ({self.max_new_tokens})")
+        need(self.answer_stop in ANSWER_STOPS,
+             f"answer_stop must be one of {', '.join(ANSWER_STOPS)}, got {self.answer_stop!r}")
+        if self.rungs is not None:
+            need(isinstance(self.rungs, list) and len(self.rungs) > 0
+                 and all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in self.rungs),
+                 f"rungs must be a non-empty list of steps >= 1, e.g. [500, 1000, 1500], got {self.rungs!r}")
+            need(all(a < b for a, b in zip(self.rungs, self.rungs[1:])),
+                 f"rungs must be increasing, got {self.rungs}")
+            need(self.rungs[-1] <= self.steps, f"rung {self.rungs[-1]} lies beyond steps ({self.steps}); "
+                                               f"a ladder runs to its last rung (steps {self.rungs[-1]})")
         integer("seed", self.seed, 0)
         if self.private_seed is not None:
             integer("private_seed", self.private_seed, 0)
@@ -193,18 +233,31 @@ class TrainConfig:
             need(isinstance(self.sample_rate, (int, float)) and 0 < self.sample_rate <= 1,
                  f"sample_rate must be in (0, 1], got {self.sample_rate!r}")
             need(self.accountant in ("rdp", "pld"), f"accountant must be 'rdp' or 'pld', got {self.accountant!r}")
-            if self.mechanism == "dpzero":
-                need(self.num_directions == 1, "dpzero uses one direction per step (num_directions 1); use dp-aggzo for K > 1")
+            if self.mechanism in ("dpzero", "dpzero-aggzo1"):
+                need(self.num_directions == 1, f"{self.mechanism} uses one direction per step (num_directions 1); "
+                                               "use dp-aggzo for K > 1")
         elif self.epsilon is not None:
-            raise ConfigError(f"epsilon applies to dpzero and dp-aggzo only, not {self.mechanism}")
+            raise ConfigError(f"epsilon applies to {', '.join(DP_MECHANISMS)} only, not {self.mechanism}")
         if self.batch_size is not None:
             need(self.mechanism == "mezo", "batch_size applies to mezo only")
             integer("batch_size", self.batch_size, 1)
+        if self.labels is not None:
+            need(self.task in CLASSIFICATION_TASKS,
+                 f"labels apply to the classification tasks ({', '.join(CLASSIFICATION_TASKS)}), not {self.task}")
+            need(isinstance(self.labels, list) and len(self.labels) >= 2
+                 and all(isinstance(n, str) and n.strip() and "," not in n for n in self.labels)
+                 and len({n.strip() for n in self.labels}) == len(self.labels),
+                 f"labels must be two or more distinct class names, e.g. negative,positive, got {self.labels!r}")
+            need(self.verbalizer is None or set(self.verbalizer) == set(range(len(self.labels))),
+                 f"verbalizer labels {sorted(self.verbalizer or {})} must be the positions 0..{len(self.labels) - 1} "
+                 f"of the {len(self.labels)} label names")
         if self.verbalizer is not None:
             need(isinstance(self.verbalizer, dict) and len(self.verbalizer) >= 2
                  and all(isinstance(v, str) and v for v in self.verbalizer.values()),
                  "verbalizer must map at least two labels to non-empty strings")
         if self.template is not None:
+            need(self.task != "completion", "template does not apply to task completion: its prompts are the "
+                                            "data's prompt column (or its messages)")
             allowed = ("title", "context", "question") if self.task == "squad" else ("sentence",)
             try:
                 names = [name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None]
@@ -242,8 +295,14 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
+    if p.is_dir():
+        hint = (f"to continue the run in it: --resume --out-dir {str(path)!r}" if (p / "run.json").exists()
+                else "e.g. a recipe saved with paczero recipes --show NAME > my.yaml")
+        raise ConfigError(f"config file {str(path)!r} is a folder; give a YAML file of config keys ({hint})")
     try:
         values = yaml.safe_load(p.read_text()) or {}
+    except OSError as e:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {e.strerror or e.__class__.__name__}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ConfigError(f"config file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(values, dict):

@@ -32,11 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paczero.checkpoint import CheckpointError, decode, encode
+from paczero.checkpoint import CheckpointError, decode, encode, list_checkpoints
+from paczero.config import ConfigError, TrainConfig
 
 NAME = "journal.jsonl"
+#: config keys a resumed run may give other values than the original: where and how fast the same steps
+#: run, and what is shown. Every other key changes what the steps compute, release or select, and a resume
+#: that changes it is refused (:func:`check_resumed_config`).
+RESUME_FREE = frozenset({"device", "device_map", "compile", "progress", "report_to", "checkpoint_every",
+                         "eval_zero_shot", "out_dir", "overwrite", "resume"})
 
-__all__ = ["NAME", "Journal", "ResumePoint", "read_jsonl", "recorded_data", "resume_point"]
+__all__ = ["NAME", "RESUME_FREE", "Journal", "ResumePoint", "check_resumed_config", "read_jsonl", "recorded_data",
+           "resume_point"]
 
 
 def _strip_design(state: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +110,21 @@ def read_jsonl(path: Path, what: str) -> list[dict]:
     return out
 
 
+def check_resumed_config(saved: dict[str, Any], cfg: TrainConfig) -> None:
+    """Raise ConfigError (one line naming every differing key) unless ``cfg`` keeps each setting of the run's
+    recorded config ``saved`` outside RESUME_FREE. A key that the original run did not record (it predates
+    the key) counts as its default."""
+    defaults = TrainConfig().to_dict()
+    now = json.loads(json.dumps(cfg.to_dict()))  # as run.json holds it (verbalizer keys as strings)
+    differ = [key for key in now if key not in RESUME_FREE and saved.get(key, defaults[key]) != now[key]]
+    if differ:
+        values = "; ".join(f"{key} {saved.get(key, defaults[key])!r} there, {now[key]!r} now"
+                           for key in differ if key != "private_seed")  # under torchrun: sent to every rank
+        raise ConfigError(f"cannot resume: {', '.join(differ)} differ{'s' if len(differ) == 1 else ''} from the "
+                          f"original run" + (f" ({values})" if values else "") + "; resume with the original "
+                          "values (run.json holds them), or start a new run in another folder")
+
+
 @dataclass
 class ResumePoint:
     """Where a resumed run stands, from its journal, its log and its newest checkpoint."""
@@ -127,11 +149,19 @@ def resume_point(run_dir: Path, checkpoint_step: int | None) -> ResumePoint:
 
     Raises CheckpointError (one line) when they cannot be reconciled: a logged record that the
     journal lacks or that differs from the journal's, a damaged line, a checkpoint newer than the
-    journal, or (a run without a journal) logged steps after the newest checkpoint, which could not
+    journal, checkpoints none of which verifies (``checkpoint_step`` None), or (a run without a journal) logged steps after the newest checkpoint, which could not
     be continued without executing them again.
     """
     run_dir = Path(run_dir)
     log = read_jsonl(run_dir / "log.jsonl", "log.jsonl")
+    if checkpoint_step is None and list_checkpoints(run_dir):  # each one damaged: never passed over in silence
+        journaled = bool(read_jsonl(run_dir / NAME, NAME))
+        raise CheckpointError(
+            f"cannot resume {str(run_dir)!r}: none of its {len(list_checkpoints(run_dir))} checkpoints verifies (see "
+            "the warnings above); restore its checkpoints/ folder from a backup, or " + (
+                "move checkpoints/ out of the run folder and --resume again to rebuild the weights from the base "
+                "model by replaying its logged steps" if journaled else
+                "start a new run in another folder (this run has no private journal to continue from without them)"))
     for i, rec in enumerate(log):
         if rec.get("step") != i:
             raise CheckpointError(f"cannot resume: log.jsonl line {i + 1} is not step {i}")

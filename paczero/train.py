@@ -16,6 +16,7 @@ privacy statement is written.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -25,20 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import Setup, build_together, evaluate, load_trainable, step_batches, trainable_state
+from paczero.build import Given, Setup, build_together, evaluate, load_trainable, step_batches, trainable_state
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, load_latest_checkpoint,
                                 prepare_run_dir, save_checkpoint)
+from paczero.curves import write_run_curves
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
-from paczero.journal import Journal, read_jsonl, recorded_data, resume_point
+from paczero.journal import Journal, check_resumed_config, read_jsonl, recorded_data, resume_point
+from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
 from paczero.stop import StopRequest
-from paczero.statement import model_card, privacy_statement_text, secret_source
+from paczero.trackers import check_report_to, open_tracker
+from paczero.release import write_release
+from paczero.statement import privacy_statement_text, secret_source
 
-#: config fields that a resumed run must share with the original (privacy and data identity)
-RESUME_IDENTITY = ("model", "track", "dtype", "lora_r", "lora_alpha", "lora_targets", "task", "data", "columns",
-                   "template", "verbalizer", "objective", "n_train", "n_dev", "n_test", "data_seed", "mechanism",
-                   "num_subsets", "mi_budget", "schedule", "switch_step", "epsilon", "delta", "dp_clip",
-                   "sample_rate", "accountant", "batch_size", "steps", "lr", "lr_schedule", "weight_decay", "mu",
-                   "clip", "num_directions", "seed", "private_seed")
+_log = logging.getLogger(__name__)  # warnings: on stderr (the CLI prints them as "paczero: warning: ...")
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
@@ -63,13 +63,14 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
 
     name = cfg.mechanism
     if name in DP_MECHANISMS:
-        from paczero.mechanisms.dp import DPAggZO, DPZero
+        from paczero.mechanisms.dp import DPAggZO, DPZero, DPZeroAggZO1
 
         if name == "dpzero":  # normalised by q * n_train: under add-or-remove adjacency the true N is private
             return DPZero(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
                           accountant=cfg.accountant, seed=private_rng, public_size=cfg.n_train)
-        return DPAggZO(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
-                       cfg.num_directions, accountant=cfg.accountant, seed=private_rng)
+        return (DPAggZO if name == "dp-aggzo" else DPZeroAggZO1)(  # dpzero-aggzo1: DP-AggZO's code at K = 1
+            n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip, cfg.num_directions,
+            accountant=cfg.accountant, seed=private_rng)
     if design is None:
         design = balanced_design(n_universe, cfg.num_subsets, private_rng)
     if name == "pac-zpl":
@@ -85,12 +86,14 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
     return build_mechanism(name, num_subsets=cfg.num_subsets, design=design, seed=private_rng)
 
 
-def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
-    """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json)."""
+def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict[str, Any]:
+    """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json).
+    ``given``: a model, tokenizer or examples given in memory in place of the config's (paczero.api)."""
     from paczero.distributed import init_from_env, stop_ranks
 
     try:
         cfg = config.validate()
+        check_report_to(cfg)  # the tracker's library is installed (paczero/trackers.py)
     except ValueError as e:  # under torchrun the other ranks stop with this one (as in `paczero train`)
         stop_ranks(e, config.device)
     if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
@@ -98,11 +101,11 @@ def train(config: TrainConfig, *, log=print) -> dict[str, Any]:
     ranks = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     lock = None
     try:
-        run_dir, lock = _claim_run_dir(cfg, ranks)
+        run_dir, lock = _claim_run_dir(cfg, ranks, given)
         if not ranks.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
             from paczero.distributed import run_follower
             return run_follower(cfg, ranks)
-        return _train(cfg, ranks, run_dir, log)
+        return _train(cfg, ranks, run_dir, log, given)
     finally:
         if lock is not None:
             lock.release()
@@ -113,7 +116,7 @@ def _resolved(path: str) -> str:
     return str(Path(path).expanduser().resolve())
 
 
-def _claim_run_dir(cfg: TrainConfig, ranks):
+def _claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
     """Rank 0's output folder, checked and locked (``(None, None)`` on the other ranks). The cheap checks
     come first; under torchrun every rank learns of any rank's bad input (``ranks.agree``)."""
     from paczero.distributed import shared_settings
@@ -121,7 +124,8 @@ def _claim_run_dir(cfg: TrainConfig, ranks):
 
     problem, run_dir, lock = None, None, None
     try:
-        check_model_source(cfg.model)
+        if given is None or given.model is None:  # a model given in memory names no source
+            check_model_source(cfg.model)
         if ranks.is_main:
             local_model = Path(cfg.model).expanduser()
             run_dir, lock = prepare_run_dir(cfg.out_dir, overwrite=cfg.overwrite, resume=cfg.resume,
@@ -131,11 +135,7 @@ def _claim_run_dir(cfg: TrainConfig, ranks):
                 saved = json.loads((run_dir / "run.json").read_text())["config"]
                 if saved.get("data") not in (None, "demo"):  # recorded as given before paths were resolved
                     saved["data"] = _resolved(saved["data"])
-                for key in RESUME_IDENTITY:
-                    if saved.get(key) != json.loads(json.dumps(getattr(cfg, key))):
-                        values = "" if key == "private_seed" else \
-                            f" ({saved.get(key)!r} there, {getattr(cfg, key)!r} now)"  # under torchrun: sent to every rank
-                        raise ConfigError(f"cannot resume: {key} differs from the original run{values}")
+                check_resumed_config(saved, cfg)
     except ValueError as e:
         problem = e
     try:
@@ -147,20 +147,20 @@ def _claim_run_dir(cfg: TrainConfig, ranks):
     return run_dir, lock
 
 
-def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
+def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = None) -> dict[str, Any]:
     from paczero.models import compile_body, trainable_parameters
     from paczero.subsets import private_generator
     from paczero.zo import Perturber, zo_step
 
     t_setup = time.time()
-    setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None)
+    setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None, given)
     model, task, device = setup.model, setup.task, setup.device
     n = len(setup.universe)
     params = trainable_parameters(model, cfg.track)
     perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
     if cfg.compile:
         compile_body(model)  # compiled on the first forward (the zero-shot evaluation, or the first step)
-    found = load_latest_checkpoint(run_dir, warn=log) if cfg.resume else None
+    found = load_latest_checkpoint(run_dir) if cfg.resume else None
     try:
         point = resume_point(run_dir, found[0] if found else None) if cfg.resume else None
     except ValueError as e:
@@ -196,18 +196,20 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
         log(f"resuming from step {start}" + (f" (weights of step {weights_step}, {start - weights_step} logged "
                                              f"steps replayed)" if start > weights_step else ""))
         if was is None:  # written before run.json recorded it, when CPU directions came from torch's generator
-            log(f"warning: run.json does not record the original run's directions (runs that predate the record "
-                f"drew z on CPU from torch's generator); the resumed steps use {perturber.directions}")
+            _log.warning(f"run.json does not record the original run's directions (runs that predate the record "
+                         f"drew z on CPU from torch's generator); the resumed steps use {perturber.directions}")
         elif was != perturber.directions:
-            log(f"warning: the directions now come from {perturber.directions} ({was} in the original run): "
-                "the resumed steps follow other, equally public, directions")
+            _log.warning(f"the directions now come from {perturber.directions} ({was} in the original run): "
+                         "the resumed steps follow other, equally public, directions")
     else:
-        if cfg.overwrite:  # every input is read and checked: only now is the earlier run deleted
-            clear_run_dir(run_dir)
+        kept = clear_run_dir(run_dir) if cfg.overwrite else []  # every input is read and checked: only now
+        if kept:                                                   # is the earlier run deleted
+            _log.warning(f"--overwrite replaced the run in {str(run_dir)!r} and kept what paczero did not write "
+                         f"there: {', '.join(kept)}")
         public_data = {} if _private_batches(cfg) else {"universe_size": n, "data_fingerprint": fingerprint}
         atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
                                            "secret_source": secret_source(cfg, _claims_privacy(mechanism)),
-                                           "directions": perturber.directions})
+                                           "directions": perturber.directions, **_in_memory(setup)})
     journal = Journal(run_dir)
     if point is None or not point.journaled:  # before any release of this process
         journal.start(start, mechanism.state_dict(), data_fingerprint=fingerprint)
@@ -220,6 +222,9 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
         zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
         log(f"zero-shot: dev {_fmt(zero_shot['dev'])} | test {_fmt(zero_shot['test'])}")
 
+    ladder = Ladder(cfg, setup, run_dir, params, upto=start)  # T-ladder rungs along this trajectory, if any
+    tracker = open_tracker(cfg, run_dir, mechanism)  # report_to: the public values, live (paczero/trackers.py)
+
     def checkpoint(step: int) -> None:
         public = {"step": step, "best": best, "zero_shot": zero_shot,
                   "seconds": None if _private_batches(cfg) else cum_time}
@@ -229,15 +234,16 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
         """Evaluate on dev where due (unless ``recorded`` holds that step's evaluation already); returns the
         dev metrics, if evaluated."""
         nonlocal best
-        if not (done % cfg.eval_every == 0 or done == cfg.steps) or done in recorded:
+        if not (done % cfg.eval_every == 0 or done == cfg.steps or ladder.due(done)) or done in recorded:
             return None
         dev = evaluate(setup, setup.dev_enc)
-        improved = best is None or _better(dev, best["dev"], task.metric)
+        improved = best is None or _better(dev, best["dev"], selection_metric(cfg, task))
         if improved and cfg.dev_best:
             best = {"step": done, "dev": dev}
             _save_best(run_dir, params)
         with open(eval_path, "a") as f:
             f.write(json.dumps({"step": done, "dev": dev, "best_step": best["step"] if best else None}) + "\n")
+        tracker.evaluation(done, dev)
         return dev
 
     if start > weights_step:  # the logged steps after the checkpoint: their published updates, not their releases
@@ -246,7 +252,7 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
             coefs = rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]]
             perturber.apply_update(rec["step"], coefs, rec["lr"], cfg.weight_decay)
             cum_time += rec.get("seconds") or 0.0
-            after_step(rec["step"] + 1, recorded)
+            ladder.record(rec["step"] + 1, after_step(rec["step"] + 1, recorded), best, rec.get("cum_mi"))
         checkpoint(start)
 
     ranks.agree("directions", perturber.directions)
@@ -257,7 +263,7 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
 
     bar = _progress(cfg, start)
     stopped = False
-    with StopRequest() as stop, open(log_path, "a") as log_file:
+    with StopRequest() as stop, open(log_path, "a") as log_file, tracker:
         for step in range(start, cfg.steps):
             t0 = time.time()
             idx = mechanism.batch_indices(n)  # PAC: None, the whole universe; DP: a private Poisson sample
@@ -287,11 +293,14 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
             journal.step(record, mechanism.state_dict())  # on disk before the record can be seen: final
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
+            tracker.step(record)  # the record log.jsonl holds, nothing else
 
             done = step + 1
             dev = after_step(done)
             if dev is not None:
                 bar.set_postfix_str(f"dev {task.metric} {dev.get(task.metric, float('nan')):.3f}", refresh=False)
+            if (rung := ladder.record(done, dev, best, record["cum_mi"])) is not None:  # before its checkpoint
+                log(log_line(rung, task.metric))
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or stop.requested:
                 checkpoint(done)
             bar.update(1)
@@ -304,9 +313,10 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log) -> dict[str, Any]:
     ranks.stop()
     bar.close()
     journal.close()
-    if stopped:
-        return {"stopped_at": done, "out_dir": str(run_dir)}
-    return finish(setup, run_dir, params, mechanism, best, zero_shot, cum_time, log)
+    summary = None if stopped else finish(setup, run_dir, params, mechanism, best, zero_shot, cum_time, log)
+    tracker.close(summary)
+    write_run_curves(run_dir)  # RUN/curves.png, from the public files (paczero/curves.py)
+    return {"stopped_at": done, "out_dir": str(run_dir)} if stopped else summary
 
 
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
@@ -325,16 +335,17 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     _save_weights(run_dir / "selected.safetensors", params)
     test = evaluate(setup, setup.test_enc)
     dev = best["dev"] if (cfg.dev_best and best is not None) else final_dev
-    (run_dir / "model").mkdir(exist_ok=True)
-    setup.model.save_pretrained(run_dir / "model")
-    setup.tokenizer.save_pretrained(run_dir / "model")
     statement = mechanism.privacy_statement()
     statement["secret_source"] = secret_source(cfg, statement.get("private") is not False)
     statement["dev_best_selection"] = ("post-processing: selection reads only dev metrics and costs no privacy"
                                        if cfg.dev_best else "off (final weights)")
+    if cfg.rungs:
+        statement["rungs"] = rungs_privacy(cfg)
     summary = {
         "config": cfg.to_dict(),
+        **_in_memory(setup),
         "metric": setup.task.metric,
+        "select_metric": selection_metric(cfg, setup.task) if cfg.dev_best else None,  # what chose selected_step
         "zero_shot": zero_shot,
         "final_dev": final_dev,
         "selected_step": selected_step,
@@ -345,13 +356,21 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "train_seconds": None if _private_batches(cfg) else seconds,  # DP: time grows with the private batches
         "seconds_per_step": None if _private_batches(cfg) else seconds / cfg.steps,
     }
+    if cfg.rungs:  # the ladder: the weights of this one trajectory at each rung (paczero/rungs.py)
+        summary["rungs"] = read_rungs(run_dir)
+    write_release(setup, run_dir / "model", summary)  # weights, tokenizer, task.json, model card
     atomic_json(run_dir / "summary.json", summary)
-    (run_dir / "model" / "README.md").write_text(model_card(summary))  # in place of peft's empty template
     if zero_shot:
         log(f"zero-shot  test {_fmt(zero_shot['test'])}")
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
     log(summary["privacy_text"])
     return summary
+
+
+def _in_memory(setup: Setup) -> dict:
+    """run.json's and summary.json's note of what was given as objects in memory (the config's ``model``
+    then names the model object's ``name_or_path``)."""
+    return {"in_memory": list(setup.in_memory)} if setup.in_memory else {}
 
 
 def _complete_log(log_path: Path, point) -> None:
@@ -408,7 +427,16 @@ def _save_weights(path: Path, params) -> None:
     os.replace(tmp, path)
 
 
+def selection_metric(cfg: TrainConfig, task) -> str:
+    """The dev metric that dev-best selection reads: ``select_metric``, else the task's own metric."""
+    return cfg.select_metric or task.metric
+
+
 def _better(dev: dict, ref: dict, metric: str) -> bool:
+    """Whether ``dev`` beats the best so far ``ref``: the lower loss (``metric`` "loss"; a tie keeps the
+    earlier), else the higher ``metric`` (a tie goes to the lower loss, then to the earlier)."""
+    if metric == "loss":
+        return dev.get("loss", math.inf) < ref.get("loss", math.inf)
     a, b = dev.get(metric, -math.inf), ref.get(metric, -math.inf)
     if a != b:
         return a > b

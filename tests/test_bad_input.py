@@ -169,3 +169,116 @@ def test_missing_config_and_privacy_command(capsys, tmp_path):
     assert main(["privacy", "--mia", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 4 and all(line.startswith("paczero: error: ") for line in err)
+
+
+# ------------------------------------------------------ papercuts of the CLI
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("paczero: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_a_folder_as_config_is_one_line_with_a_hint(tmp_path, capsys):
+    """--config DIR was an IsADirectoryError traceback; a run folder's hint is --resume."""
+    assert main(["train", "--config", str(tmp_path), "--out-dir", str(tmp_path / "never")]) == 2
+    assert "is a folder; give a YAML file" in _one_error_line(capsys)
+    (tmp_path / "run.json").write_text("{}")
+    assert main(["train", "--config", str(tmp_path), "--out-dir", str(tmp_path / "never")]) == 2
+    assert f"--resume --out-dir '{tmp_path}'" in _one_error_line(capsys)
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_unreachable_hub_dataset_is_one_line_with_a_hint(tmp_path, capsys, monkeypatch):
+    """The hub's SST-2 offline was a ConnectionError traceback; now one line naming the dataset and --data."""
+    import datasets
+
+    def offline(path, *a, **k):
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert main(["train", "--model", "tiny-llama", "--task", "sst2", "--out-dir", str(tmp_path / "never")]) == 2
+    err = _one_error_line(capsys)
+    assert "cannot load the sst2 dataset (stanfordnlp/sst2)" in err and "Couldn't reach" in err and "--data" in err
+    assert not (tmp_path / "never").exists()
+
+
+def test_overwrite_and_resume_together_are_refused(tmp_path, capsys):
+    assert main(["train", "--overwrite", "--resume", "--out-dir", str(tmp_path / "never")]) == 2
+    assert "--overwrite" in _one_error_line(capsys)
+    with pytest.raises(ConfigError, match="not both"):
+        TrainConfig(overwrite=True, resume=True).validate()
+
+
+def test_version_is_the_installed_one(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"paczero {version('paczero')}\n"
+
+
+@pytest.mark.slow
+def test_python_dash_m_paczero_is_the_command():
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    done = subprocess.run([sys.executable, "-m", "paczero", "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == f"paczero {version('paczero')}\n"
+    done = subprocess.run([sys.executable, "-m", "paczero", "train", "--steps", "0"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("paczero: error: steps")
+
+
+def _parsed(argv: list[str]):
+    from paczero.cli import _build_parser, config_from_args
+
+    ns = _build_parser().parse_args(argv)
+    return ns, (config_from_args(ns) if ns.command == "train" else None)
+
+
+def test_list_flags_take_commas_and_spaces_alike(capsys):
+    """--lora-targets q_proj,v_proj was one target named 'q_proj,v_proj' (peft then found no module)."""
+    for argv in (["--lora-targets", "q_proj,v_proj"], ["--lora-targets", "q_proj", "v_proj"],
+                 ["--lora-targets", "q_proj, v_proj"]):
+        assert _parsed(["train", *argv])[1].lora_targets == ["q_proj", "v_proj"], argv
+    assert TrainConfig.from_dict({"lora_targets": "q_proj,v_proj"}).lora_targets == ["q_proj", "v_proj"]
+    assert _parsed(["sweep", "tiny", "--seeds", "0,1", "2"])[0].seeds == [0, 1, 2]
+    if "rungs" in TrainConfig.field_names():
+        assert _parsed(["train", "--steps", "4", "--rungs", "2,3", "4"])[1].rungs == [2, 3, 4]
+    assert main(["train", "--lora-targets", "q_proj,,v_proj"]) == 2
+    assert "empty item" in _one_error_line(capsys)
+    with pytest.raises(ConfigError, match="lora_targets"):
+        TrainConfig(lora_targets=["q_proj,v_proj"]).validate()
+
+
+def test_escapes_in_a_template_flag_are_the_characters_they_name():
+    r"""A shell passes --template 'Review: {sentence}\nSentiment:' with a backslash and an n."""
+    cfg = _parsed(["train", "--template", "Review:\\t{sentence}\\nSentiment:"])[1]
+    assert cfg.template == "Review:\t{sentence}\nSentiment:"
+    assert _parsed(["train", "--template", "{sentence} C:\\\\new"])[1].template == "{sentence} C:\\new"
+    assert _parsed(["train", "--template", "{sentence} It was"])[1].template == "{sentence} It was"
+    ns = _parsed(["eval", "runs/x", "--template", "{sentence}\\nIt was"])[0]
+    assert ns.template == "{sentence}\nIt was"
+
+
+def test_every_flag_has_help_text_and_train_groups_them_by_topic(capsys, monkeypatch):
+    """Each option of each sub-command (bench parses its own) says what it does; train's config flags
+    come in the topics of TrainConfig's comments (model, task and data, mechanism, ...)."""
+    import argparse
+
+    from paczero.cli import _build_parser
+
+    sub = next(a for a in _build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [f"{name} {a.option_strings or a.dest}" for name, p in sub.choices.items() if name != "bench"
+              for a in p._actions if not a.help or a.help == argparse.SUPPRESS]
+    assert not silent, silent
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    heads = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert heads[-6:] == ["model", "task and data", "mechanism", "optimisation", "evaluation and selection",
+                          "engineering"], heads
+    at = [out.index(text) for text in ("\nmodel:", "\n  --lora-r", "\ntask and data:", "\n  --n-train", "\nmechanism:")]
+    assert at == sorted(at)

@@ -207,9 +207,9 @@ def test_corrupted_newest_checkpoint_falls_back(reference, tmp_path, capsys):
     for name in ("summary.json", "selected.safetensors"):
         (out / name).unlink()
     assert main(_flags(out) + ["--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert f"checkpoint step-{STEPS:06d}: weights.safetensors is corrupted" in printed
-    assert f"resuming from step {STEPS} (weights of step {STEPS - 2}, 2 logged steps replayed)" in printed
+    printed = capsys.readouterr()
+    assert f"paczero: warning: checkpoint step-{STEPS:06d}: weights.safetensors is corrupted" in printed.err
+    assert f"resuming from step {STEPS} (weights of step {STEPS - 2}, 2 logged steps replayed)" in printed.out
     _assert_same_run(out, reference)
 
 
@@ -218,9 +218,9 @@ def test_corrupted_manifest_falls_back(reference, tmp_path, capsys):
     shutil.copytree(reference, out)
     (out / "checkpoints" / f"step-{STEPS:06d}" / "manifest.json").write_text("{not json")
     assert main(_flags(out) + ["--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "unreadable manifest" in printed and f"resuming from step {STEPS} (weights of step {STEPS - 2}" in printed
-    assert "directions now come from" not in printed  # the same generator: no warning
+    printed = capsys.readouterr()
+    assert "unreadable manifest" in printed.err and f"resuming from step {STEPS} (weights of step {STEPS - 2}" in printed.out
+    assert "directions now come from" not in printed.err  # the same generator: no warning
     _assert_same_run(out, reference)
 
 
@@ -262,9 +262,10 @@ def test_resume_with_another_generator_of_z_says_so(reference, tmp_path, capsys)
     assert p.communicate(timeout=120) and p.returncode == 130
     _record_other_directions(stopped)
     assert main(_flags(stopped) + ["--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "resuming from step 3\n" in printed
-    assert f"warning: the directions now come from {now} ({OTHER_DIRECTIONS} in the original run)" in printed
+    printed = capsys.readouterr()
+    assert "resuming from step 3\n" in printed.out
+    assert f"paczero: warning: the directions now come from {now} ({OTHER_DIRECTIONS} in the original run)" \
+        in printed.err
     assert _transcript(stopped) == _transcript(reference)  # the same generator here, so the same run
     assert json.loads((stopped / "run.json").read_text())["directions"] == OTHER_DIRECTIONS  # the original record
 
@@ -280,7 +281,7 @@ def test_resume_of_a_run_that_predates_the_record_of_its_directions_says_so(refe
     del meta["directions"]
     (out / "run.json").write_text(json.dumps(meta))
     assert main(_flags(out) + ["--resume"]) == 0
-    assert "run.json does not record the original run's directions" in capsys.readouterr().out
+    assert "paczero: warning: run.json does not record the original run's directions" in capsys.readouterr().err
 
 
 def test_a_run_without_journal_is_not_continued_past_its_logged_steps(reference, tmp_path, capsys):
@@ -308,6 +309,10 @@ def test_a_run_without_journal_is_not_continued_past_its_logged_steps(reference,
     ({"private_seed": "none"}, "private_seed"),
     ({"n_train": 12}, "n_train"),
     ({"data": "DATAFILE"}, "data"),
+    ({"token_budget": 2048}, "token_budget 4096 there, 2048 now"),
+    ({"eval_every": 3}, "eval_every 5 there, 3 now"),
+    ({"max_length": 300}, "max_length"),
+    ({"token_budget": 2048, "lr": 0.01, "seed": 1}, "lr, token_budget, seed differ from the original run"),
 ])
 def test_mismatched_resume_is_refused(reference, tmp_path, capsys, change, word):
     if change.get("data") == "DATAFILE":
@@ -454,3 +459,82 @@ def test_a_log_that_differs_from_the_journal_is_refused(reference, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert err == "paczero: error: cannot resume: log.jsonl step 3 differs from the run's private journal"
     assert (out / "log.jsonl").read_text() == before
+
+
+def test_a_resume_may_change_where_and_how_fast_it_runs(reference, tmp_path, capsys):
+    """The keys of RESUME_FREE (here checkpoint_every, progress, eval_zero_shot, device) may differ on a
+    resume, and it ends where the uninterrupted run does. Control of test_mismatched_resume_is_refused."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
+    (out / "summary.json").unlink()
+    assert main(_flags(out, checkpoint_every=3, progress=True, eval_zero_shot=True, device="cpu") + ["--resume"]) == 0
+    _assert_same_run(out, reference)
+
+
+def _files(run: Path) -> dict:
+    return {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".paczero.lock"}
+
+
+def test_a_run_none_of_whose_checkpoints_verifies_is_not_resumed_in_silence(reference, tmp_path, capsys):
+    """Both checkpoints damaged: the resume stops with one line naming the run folder and what to do, exit
+    code 2, nothing written (red if the resume passes over them, rebuilding from step 0 unasked). Doing what
+    the line says (moving checkpoints/ aside) replays every logged step from the journal and ends where the
+    uninterrupted run does, with the same secret. A run without a journal is told to start anew."""
+    out = tmp_path / "run"
+    shutil.copytree(reference, out)
+    (out / "summary.json").unlink()
+    for ckpt in (out / "checkpoints").iterdir():
+        (ckpt / "private.json").write_text("{}")
+    files = _files(out)
+    assert main(_flags(out) + ["--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        f"paczero: error: cannot resume '{out}': none of its 2 checkpoints verifies (see the warnings above); "
+        "restore its checkpoints/ folder from a backup, or move checkpoints/ out of the run folder and --resume "
+        "again to rebuild the weights from the base model by replaying its logged steps")
+    assert all(line.startswith("paczero: warning: checkpoint step-") for line in err[:-1]) and len(err) == 3
+    assert _files(out) == files
+    secret = json.loads((out / "journal.jsonl").read_text().splitlines()[0])["mechanism"]["secret"]
+    shutil.move(out / "checkpoints", tmp_path / "damaged")
+    assert main(_flags(out) + ["--resume"]) == 0
+    assert f"resuming from step {STEPS} (weights of step 0, {STEPS} logged steps replayed)" in capsys.readouterr().out
+    _assert_same_run(out, reference)
+    assert json.loads((out / "journal.jsonl").read_text().splitlines()[0])["mechanism"]["secret"] == secret
+
+    old = tmp_path / "old"
+    shutil.copytree(reference, old)
+    (old / "journal.jsonl").unlink()
+    for ckpt in (old / "checkpoints").iterdir():
+        (ckpt / "manifest.json").unlink()
+    assert main(_flags(old) + ["--resume"]) == 2
+    assert "start a new run in another folder" in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(reference, tmp_path, capsys, monkeypatch):
+    """The disk fills while the checkpoint of step 4 is written: one line naming the error and the way on
+    (free space, --resume), exit code 2, no half-written checkpoint left; the earlier checkpoint and every
+    logged step are kept, and the resume ends where the uninterrupted run does. Red if the OSError comes out
+    as a traceback or the partial checkpoint is left behind."""
+    import errno
+
+    import paczero.checkpoint as ck
+
+    real = ck.write_json
+
+    def full_disk(path, obj, *, private=False):
+        if path.name == "private.json" and path.parent.name.startswith(".tmp-step-000004"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, obj, private=private)
+
+    monkeypatch.setattr(ck, "write_json", full_disk)
+    out = tmp_path / "run"
+    assert main(_flags(out)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"paczero: error: cannot write the checkpoint of step 4 in '{out}': No space left on device; free "
+                   "some space, then continue the run with --resume (every logged step is kept)")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000002"]
+    assert _steps_logged(out) == 4
+    monkeypatch.setattr(ck, "write_json", real)
+    assert main(_flags(out) + ["--resume"]) == 0
+    _assert_same_run(out, reference)

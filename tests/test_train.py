@@ -32,6 +32,7 @@ def _records(run_dir):
     ("mezo", {"batch_size": 8}),
     ("dpzero", {"epsilon": 2.0, "sample_rate": 0.5}),
     ("dp-aggzo", {"epsilon": 2.0, "sample_rate": 0.5, "num_directions": 2}),
+    ("dpzero-aggzo1", {"epsilon": 2.0, "sample_rate": 0.5}),
     ("raw_half", {}),
     ("quant_full", {}),
     ("random_sign", {}),
@@ -54,7 +55,7 @@ def test_every_mechanism_runs_end_to_end(tmp_path, mechanism, extra):
         assert f"at most {mia_bound(0.05):.4f}" in summary["privacy_text"] and "not a bound" in summary["privacy_text"]
         card = (tmp_path / "run" / "model" / "README.md").read_text()
         assert f"membership-inference success at most {mia_bound(0.05):.4f}" in card
-    if mechanism in ("dpzero", "dp-aggzo"):  # the private Poisson batch is not logged, nor the time it took
+    if mechanism in ("dpzero", "dp-aggzo", "dpzero-aggzo1"):  # the private Poisson batch is not logged, nor the time it took
         assert all(r["rows"] is None and r["train_loss"] is None for r in recs)
         raw = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
         assert all(r["seconds"] is None for r in raw)
@@ -102,6 +103,95 @@ def test_squad_both_objectives(tmp_path):
                           data=str(path), objective=objective, max_new_tokens=4, out_dir=str(tmp_path / objective))
         s = train(cfg, log=_quiet)
         assert set(s["test"]) >= {"f1", "em", "loss"}
+        losses = [r["train_loss"] for r in _records(tmp_path / objective)]
+        if objective == "f1":  # minus the F1 of a greedy generation: in [-1, 0] (an answer NLL is > 0)
+            assert all(-1.0 <= x <= 0.0 for x in losses)
+            assert (s["config"]["answer_stop"], s["config"]["max_length"]) == ("newline-token", 2048)
+        else:
+            assert all(x > 0 for x in losses)
+
+
+def test_the_squad_recipes_f1_objective_runs_end_to_end_on_a_local_file(tmp_path):
+    """A shipped SQuAD recipe (objective f1 and the scripts' generation settings) trains and evaluates on a small
+    local SQuAD-format file with a tiny model: every train loss is minus a generation F1 (an NLL mutant is > 0)."""
+    from paczero.cli import config_from_args
+    import argparse
+
+    rows = []
+    for i in range(12):
+        ctx = f"The river {i} flows to town{i}."
+        rows.append({"id": str(i), "title": f"River {i}", "context": ctx, "question": f"Where does river {i} flow?",
+                     "answers": {"text": [f"town{i}"], "answer_start": [ctx.index("town")]}})
+    path = tmp_path / "squad.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ns = argparse.Namespace(recipe="headline/squad-opt1.3b-lora-zpl", config=None, model="tiny-opt", dtype="fp32",
+                            data=str(path), n_train=6, n_dev=3, n_test=3, steps=2, eval_every=1, num_subsets=4,
+                            max_new_tokens=4, private_seed=1, progress=False, eval_zero_shot=False,
+                            out_dir=str(tmp_path / "run"))
+    cfg = config_from_args(ns)
+    assert (cfg.objective, cfg.answer_stop, cfg.max_length) == ("f1", "newline-token", 2048)
+    s = train(cfg, log=_quiet)
+    assert all(-1.0 <= r["train_loss"] <= 0.0 for r in _records(tmp_path / "run"))
+    assert 0.0 <= s["test"]["f1"] <= 1.0 and set(s["test"]) >= {"f1", "em", "loss"}
+
+
+def test_a_ladder_is_one_run_with_its_weights_saved_and_evaluated_at_each_rung(tmp_path):
+    """rungs [2, 4, 6]: one trajectory of 6 steps (the polynomial schedule spans all 6, not a 2-step run per rung),
+    each rung's weights saved and evaluated; the recorded test metric is that of the saved weights (evaluated
+    again here), the rung-4 weights are the step-4 checkpoint's, and the dev-best of each prefix is the loop's
+    choice at that step."""
+    from safetensors.torch import load_file
+
+    from paczero.build import build, evaluate, load_trainable
+    from paczero.models import trainable_parameters
+
+    cfg = TrainConfig(**{**TINY, "steps": 6, "eval_every": 4}, mechanism="pac-zpl", lr=0.05, lr_schedule="polynomial",
+                      rungs=[2, 4, 6], out_dir=str(tmp_path / "run"))
+    s = train(cfg, log=_quiet)
+    run = tmp_path / "run"
+    assert [r["step"] for r in s["rungs"]] == [2, 4, 6]
+    assert [r["lr"] for r in _records(run)] == [lr_at(cfg, t) for t in range(6)]  # one schedule over T = 6
+    assert _records(run)[1]["lr"] != lr_at(cfg.replace(steps=2), 1)
+    evals = {r["step"]: r for r in map(json.loads, (run / "evals.jsonl").read_text().splitlines())}
+    assert set(evals) == {2, 4, 6}  # rung 2 is evaluated on dev although eval_every is 4
+    setup = build(cfg)
+    params = trainable_parameters(setup.model, cfg.track)
+    for r in s["rungs"]:
+        weights = load_file(str(run / r["weights"]))
+        load_trainable(params, weights)
+        assert evaluate(setup, setup.test_enc) == r["test"] and r["dev"] == evals[r["step"]]["dev"]
+        assert r["dev_best"]["step"] == evals[r["step"]]["best_step"] <= r["step"]
+        assert r["mi_spent_realised"] == 0.0
+    rung4 = load_file(str(run / "rungs" / "step-4" / "weights.safetensors"))
+    ckpt4 = load_file(str(run / "checkpoints" / "step-000004" / "weights.safetensors"))
+    assert rung4.keys() == ckpt4.keys() and all(torch.equal(rung4[k], ckpt4[k]) for k in rung4)
+    assert "post-processing" in s["privacy"]["rungs"] and "Rungs 2, 4, 6" in s["privacy_text"]
+    assert json.loads((run / "summary.json").read_text())["rungs"] == s["rungs"]
+
+
+@pytest.mark.slow
+def test_a_ladder_resumed_between_a_step_and_its_rung_records_the_rung_once(tmp_path):
+    """A crash after step 6 was journaled but before its rung was recorded: the resume replays steps 5-6 from
+    the step-4 checkpoint and records rung 6 with the uninterrupted run's weights and metrics."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    cfg = TrainConfig(**{**TINY, "steps": 6}, mechanism="pac-zpl", lr=0.05, rungs=[2, 6], out_dir=str(tmp_path / "r"))
+    full = train(cfg, log=_quiet)
+    run = tmp_path / "r"
+    before = load_file(str(run / "rungs" / "step-6" / "weights.safetensors"))
+    shutil.rmtree(run / "checkpoints" / "step-000006")
+    shutil.rmtree(run / "rungs" / "step-6")
+    (run / "summary.json").unlink()
+    for name in ("rungs.jsonl", "evals.jsonl"):  # their records of step 6 were not written yet
+        lines = (run / name).read_text().splitlines()
+        (run / name).write_text("".join(line + "\n" for line in lines if json.loads(line)["step"] != 6))
+    resumed = train(cfg.replace(resume=True), log=_quiet)
+    assert resumed["rungs"] == full["rungs"]
+    after = load_file(str(run / "rungs" / "step-6" / "weights.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert [json.loads(line)["step"] for line in (run / "rungs.jsonl").read_text().splitlines()] == [2, 6]
 
 
 def test_resume_gives_the_uninterrupted_transcript(tmp_path):
@@ -158,16 +248,20 @@ def test_never_overwrites_without_flag(tmp_path):
 
 
 def test_overwrite_deletes_the_earlier_run_only_once_every_input_is_checked(tmp_path, capsys):
-    """Bad input with --overwrite used to delete the earlier run first and fail after; now the run is
-    kept, whole, until the new one has read its data and model. A data file inside the folder that
-    --overwrite would delete is refused. The good overwrite replaces the run."""
+    """Bad input with --overwrite keeps the earlier run, whole, until the new one has read its data and
+    model. A data file among the files --overwrite would delete (under model/) is refused. The good
+    overwrite replaces the run's own files and keeps the user's (a note, a data file beside the run), with
+    a warning that names them. Red if --overwrite deletes every entry of the folder."""
     out = tmp_path / "run"
     train(TrainConfig(**{**TINY, "steps": 1}, out_dir=str(out)), log=_quiet)
     (out / "MODEL_CARD.md").write_text("mine")
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps({"sentence": f"s{i}", "label": "positive"}) + "\n" for i in range(40)))
-    inside = out / "data.jsonl"
-    inside.write_text("".join(json.dumps({"sentence": f"s{i}", "label": i % 2}) + "\n" for i in range(40)))
+    rows = "".join(json.dumps({"sentence": f"s{i}", "label": i % 2}) + "\n" for i in range(40))
+    inside = out / "model" / "data.jsonl"
+    inside.write_text(rows)
+    beside = out / "data.jsonl"
+    beside.write_text(rows)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".paczero.lock"}
     flags = ["train", "--model", "tiny-llama", "--task", "sst2", "--n-train", "16", "--n-dev", "8", "--n-test", "8",
              "--steps", "1", "--no-progress", "--out-dir", str(out), "--overwrite"]
@@ -177,11 +271,14 @@ def test_overwrite_deletes_the_earlier_run_only_once_every_input_is_checked(tmp_
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and needle in err, err
         assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".paczero.lock"} == before
-    good = tmp_path / "good.jsonl"
-    good.write_bytes(inside.read_bytes())
-    assert main(flags + ["--data", str(good)]) == 0
-    assert not (out / "MODEL_CARD.md").exists() and not inside.exists()
-    assert json.loads((out / "run.json").read_text())["config"]["data"] == str(good.resolve())
+    old_log = (out / "log.jsonl").read_text()
+    assert main(flags + ["--data", str(beside)]) == 0
+    assert (out / "MODEL_CARD.md").read_text() == "mine" and beside.read_text() == rows  # the user's: kept
+    assert not inside.exists() and (out / "log.jsonl").read_text() != old_log  # the run's own: replaced
+    assert json.loads((out / "run.json").read_text())["config"]["data"] == str(beside.resolve())
+    err = capsys.readouterr().err
+    assert "paczero: warning: --overwrite replaced the run in" in err and "kept what paczero did not write " \
+        "there: MODEL_CARD.md, data.jsonl" in err
 
 
 def test_a_run_that_fails_before_writing_leaves_no_folder_behind(tmp_path):
@@ -235,6 +332,10 @@ def test_a_folder_left_with_only_its_lock_takes_a_fresh_run(tmp_path):
     (["train", "--task", "squad", "--template", "{sentence}"], "{title} {context} {question} only"),
     (["train", "--data", "./missing.tsv"], "does not exist"),
     (["train", "--data", "imdb"], "does not exist"),
+    (["train", "--rungs", "400", "200"], "rungs must be increasing"),
+    (["train", "--steps", "500", "--rungs", "250", "1000"], "rung 1000 lies beyond steps (500)"),
+    (["train", "--task", "squad", "--answer-stop", "eos"], "answer_stop must be one of"),
+    (["train", "--task", "squad", "--max-length", "40"], "max_length (40) must exceed max_new_tokens (50)"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(argv, needle, capsys):
     assert main(argv) == 2
@@ -431,7 +532,7 @@ def test_the_released_model_carries_a_model_card_with_the_privacy_statement(tmp_
 
 
 def test_a_model_card_names_a_hub_model_but_not_a_local_path(tmp_path):
-    from paczero.statement import model_card
+    from paczero.release import model_card
 
     summary = train(TrainConfig(**{**TINY, "steps": 1}, out_dir=str(tmp_path / "run")), log=_quiet)
     for model, named in (("facebook/opt-1.3b", True), (str(tmp_path / "private" / "model"), False)):
@@ -453,3 +554,157 @@ def test_a_run_stopped_before_its_first_release_resumes_from_scratch(tmp_path):
     shutil.rmtree(out / "checkpoints")
     summary = train(cfg.replace(resume=True), log=_quiet)
     assert summary["privacy"]["steps"] == TINY["steps"] and len(_records(out)) == TINY["steps"]
+
+
+@pytest.mark.parametrize("select", ["loss", "accuracy"])
+def test_dev_best_keeps_the_step_the_select_metric_picks(tmp_path, select):
+    """select_metric loss keeps the evaluation with the lowest dev loss, ties to the earliest; accuracy the highest
+    accuracy (ties: lower loss, then earliest). Recomputed here from evals.jsonl, independent of the loop's
+    bookkeeping; summary.json names the metric. Red if selection ignores select_metric (the task's accuracy
+    would pick another step in at least one of the scripted sequences below) or if a loss tie moves to the later."""
+    import paczero.train as tr
+
+    # (loss, accuracy) per evaluation at steps 2, 4, 6, 8: lowest loss at step 4 (tied at 8), best accuracy at 6
+    scripted = iter([{"loss": 0.7, "accuracy": 0.5}, {"loss": 0.4, "accuracy": 0.5}, {"loss": 0.6, "accuracy": 0.9},
+                     {"loss": 0.4, "accuracy": 0.6}, {"loss": 0.5, "accuracy": 0.5}])
+    real = tr.evaluate
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(tr, "evaluate", lambda setup, enc: next(scripted) if enc is setup.dev_enc else real(setup, enc))
+    try:
+        out = tmp_path / "run"
+        summary = train(TrainConfig(**{**TINY, "steps": 8}, select_metric=select, out_dir=str(out)), log=_quiet)
+    finally:
+        monkeypatch.undo()
+    evals = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
+    if select == "loss":
+        expected = min(evals, key=lambda r: (r["dev"]["loss"], r["step"]))["step"]
+    else:
+        expected = min(evals, key=lambda r: (-r["dev"]["accuracy"], r["dev"]["loss"], r["step"]))["step"]
+    assert expected == {"loss": 4, "accuracy": 6}[select]
+    assert summary["selected_step"] == expected and summary["select_metric"] == select
+    assert json.loads((out / "summary.json").read_text())["select_metric"] == select
+
+
+def test_select_metric_must_fit_the_task():
+    with pytest.raises(ConfigError, match="select_metric f1 does not apply to task demo"):
+        TrainConfig(**TINY, select_metric="f1").validate()
+    with pytest.raises(ConfigError, match="select_metric must be one of loss, accuracy, f1"):
+        TrainConfig(**TINY, select_metric="eval_loss").validate()
+    assert TrainConfig(**{**TINY, "task": "squad"}, select_metric="f1").validate().select_metric == "f1"
+
+
+def test_max_length_is_a_flag_and_a_run_says_how_many_examples_it_cut(tmp_path, capsys, caplog):
+    """A 10 MB example was cut to a max_length that no flag set, without a word. Now --max-length sets it and
+    the run warns with the number cut in each split (here 4 of 16 training and 1 of 8 dev examples are long
+    by construction, the rest a few tokens). Under DP the training count is private and not named."""
+    import logging
+
+    from paczero.build import build
+
+    long_text = " ".join(["word"] * 300)
+    rows = ([{"sentence": long_text if i < 4 else f"short {i}", "label": i % 2, "split": "train"} for i in range(16)]
+            + [{"sentence": long_text if i < 1 else f"dev {i}", "label": i % 2, "split": "dev"} for i in range(8)]
+            + [{"sentence": f"test {i}", "label": i % 2, "split": "test"} for i in range(8)])
+    path = tmp_path / "long.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    flags = ["train", "--model", "tiny-llama", "--task", "sst2", "--data", str(path), "--n-train", "16", "--n-dev", "8",
+             "--n-test", "8", "--steps", "1", "--num-subsets", "4", "--no-progress", "--no-eval-zero-shot",
+             "--max-length", "64", "--out-dir", str(tmp_path / "run")]
+    assert main(flags) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("paczero: warning:")]
+    assert warned == ["paczero: warning: 4 of 16 training, 1 of 8 dev examples are longer than max_length (64 "
+                      "tokens) and lose tokens from the left (the start of their text); raise --max-length to keep "
+                      "them whole"]
+    cfg = TrainConfig(**{**TINY, "task": "sst2"}, data=str(path), max_length=64)
+    setup = build(cfg, with_model=False)
+    assert max(len(e.prompt_ids) for e in setup.universe) <= 64
+    assert sorted(len(e.prompt_ids) for e in setup.universe)[-5] < 20  # the short ones whole
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="paczero"):
+        build(cfg.replace(max_length=4096), with_model=False)  # nothing cut: no warning
+        assert not caplog.records
+        build(cfg.replace(mechanism="dpzero", epsilon=2.0), with_model=False)
+    assert [r.getMessage()[:34] for r in caplog.records] == ["some training, 1 of 8 dev examples"]
+
+
+def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
+    """--token-budget (and every key outside RESUME_FREE) was accepted silently on a resume; now one line
+    names each differing key with both values. Keys of where and how fast it runs may change. Red if
+    check_resumed_config skips a key that changes the computation."""
+    from paczero.journal import RESUME_FREE
+
+    cfg = TrainConfig(**TINY, out_dir=str(tmp_path / "r"))
+    train(cfg, log=_quiet)
+    (tmp_path / "r" / "summary.json").unlink()
+    with pytest.raises(ConfigError, match=r"^cannot resume: eval_every, token_budget differ from the original run "
+                                          r"\(eval_every 2 there, 3 now; token_budget 4096 there, 2048 now\)"):
+        train(cfg.replace(resume=True, token_budget=2048, eval_every=3), log=_quiet)
+    assert RESUME_FREE < set(TrainConfig.field_names()) and not {"token_budget", "eval_every"} & RESUME_FREE
+    summary = train(cfg.replace(resume=True, checkpoint_every=3, progress=True, compile=False), log=_quiet)
+    assert summary["privacy"]["steps"] == TINY["steps"]
+
+
+def test_third_party_noise_is_filtered_and_nothing_else(recwarn):
+    """peft's FutureWarning about transformers' is_gradient_checkpointing (on every LoRA run) and its
+    fan_in_fan_out note (GPT-2) do not reach the user; another warning of the same category does, and
+    transformers' progress bars are as they were afterwards."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    from paczero.models import load_model, quiet_transformers
+
+    warnings.simplefilter("always")
+    bars = hf_logging.is_progress_bar_enabled()
+    load_model("tiny-gpt2", track="lora")
+    load_model("tiny-llama", track="lora")
+    assert not [w for w in recwarn if "is_gradient_checkpointing" in str(w.message) or "fan_in_fan_out" in str(w.message)]
+    with quiet_transformers():
+        warnings.warn("another deprecation", FutureWarning)
+    assert [str(w.message) for w in recwarn] == ["another deprecation"]
+    assert hf_logging.is_progress_bar_enabled() == bars
+
+
+def test_completion_task_trains_end_to_end_from_the_command_line(tmp_path, capsys):
+    """`paczero train --task completion` on a prompt/completion file: dev-best selection keeps the lowest
+    dev completion NLL, the summary reports NLL and perplexity; bad files stop in one line (exit 2)."""
+    rows = [{"prompt": f"Customer: where is order {i}?\nAgent:", "completion": f" Order {i} ships today.",
+             "answer": f"Order {i} ships today."} for i in range(40)]
+    data = tmp_path / "support.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    flags = ["train", "--model", "tiny-opt", "--task", "completion", "--n-train", "16", "--n-dev", "8",
+             "--n-test", "4", "--steps", "4", "--eval-every", "2", "--num-subsets", "4", "--max-new-tokens", "4",
+             "--no-progress", "--no-eval-zero-shot", "--out-dir", str(out)]
+    assert main(flags + ["--data", str(data)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["metric"] == "loss" and summary["select_metric"] == "loss"
+    assert {"loss", "nll_per_token", "perplexity", "em", "f1"} <= set(summary["test"])
+    evals = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
+    best = min(evals, key=lambda r: (r["dev"]["loss"], r["step"]))
+    assert summary["selected_step"] == best["step"]
+    capsys.readouterr()
+    for bad, needle in (([{"prompt": "p", "reply": "c"}] * 40, "lacks column(s) ['completion']"),
+                        ([{"prompt": "p", "completion": ""}] * 40, "record 1: completion is missing or empty")):
+        data.write_text("".join(json.dumps(r) + "\n" for r in bad))
+        assert main(flags + ["--data", str(data), "--overwrite"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+
+
+def test_label_names_on_the_command_line(tmp_path, capsys):
+    """--labels negative,positive reads a file labelled by name; a name outside the list is one line."""
+    data = tmp_path / "named.jsonl"
+    data.write_text("".join(json.dumps({"sentence": f"s{i}", "label": ["negative", "positive"][i % 2]}) + "\n"
+                            for i in range(40)))
+    flags = ["train", "--model", "tiny-llama", "--task", "sst2", "--data", str(data), "--n-train", "16",
+             "--n-dev", "8", "--n-test", "8", "--steps", "1", "--num-subsets", "4", "--no-progress",
+             "--no-eval-zero-shot", "--out-dir", str(tmp_path / "run")]
+    assert main(flags + ["--labels", "negative,positive"]) == 0
+    config = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
+    assert config["labels"] == ["negative", "positive"]
+    assert main(flags + ["--labels", "neg,pos", "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "label 'negative' is not one of the labels neg, pos" in err[0], err
+    assert main(flags[:-2] + ["--task", "completion", "--labels", "a,b", "--out-dir", str(tmp_path / "x")]) == 2
+    assert "labels apply to the classification tasks" in capsys.readouterr().err
