@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.config import LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
-from paczero.recipes import list_recipes, resolve_recipe
+from paczero.recipes import check_data_given, list_recipes, resolve_recipe
 
 
 class UsageError(Exception):
@@ -187,6 +187,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
         values.update(load_yaml(config))
     fields = set(TrainConfig.field_names())
     values.update({k: v for k, v in vars(ns).items() if k in fields})
+    if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
+        check_data_given(resolve_recipe(recipe), values, "--data PATH")
     return TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
 
 

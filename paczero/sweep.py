@@ -150,8 +150,11 @@ def plan(patterns: list[str], seeds: list[int], out_root: str | os.PathLike) -> 
 def materialise(cell: Cell, overrides: dict[str, Any], *, write: bool = True) -> TrainConfig:
     """The cell's validated config, written to ``cell.config_path`` unless ``write`` is false (fails
     before any run starts)."""
+    from paczero.recipes import check_data_given
+
     values = load_yaml(cell.source)
     values.update(overrides)
+    check_data_given(cell.source, values, "--set data=PATH")
     field = seed_field(cell.source)
     values.update({field: cell.seed}, out_dir=str(cell.run_dir), resume=cell.state() == "killed", overwrite=False)
     cfg = TrainConfig.from_dict(values, source=f"{cell.recipe} (seed {cell.seed})").validate()

@@ -9,6 +9,10 @@ tab:ablation, tab:zpl-*, tab:clip-ablation-67b, tab:rank-ablation), then run
     python scripts/make_recipes.py            # rewrite every generated recipe
     python scripts/make_recipes.py --check    # exit 1 if a recipe on disk is stale
 
+It also writes the CPU-scale table (``paczero/recipes/cpu-scale/``, :func:`cpu_scale`): not a table of the
+paper but its comparison at a size a 2-core CPU finishes in about 3 hours, with a README.md that gives each
+setting's reason and the budget arithmetic.
+
 Choices the paper does not state (documented in every recipe's header):
 
 * dtype fp16: the paper does not say; MeZO loads OPT in float16 on GPU
@@ -53,7 +57,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1] / "paczero" / "recipes"
 GENERATED = ("headline", "plateau", "plateau-lora", "dp-cliff", "k-ablation", "ablation", "zpl-ladder",
-             "zpl-canonical", "zpl-lr-sweep", "clip-ablation", "rank-ablation")
+             "zpl-canonical", "zpl-lr-sweep", "clip-ablation", "rank-ablation", "cpu-scale")
 
 MODELS = {"1.3b": "facebook/opt-1.3b", "6.7b": "facebook/opt-6.7b"}
 PLATEAU_MI = [1e-4, 3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 1e-2, 3e-2, 5e-2, 0.07, 0.11, 0.20, 0.33, 0.50, 0.68]
@@ -349,7 +353,190 @@ def clip_and_rank() -> list[tuple]:
     return out
 
 
-# ---------------------------------------------------------------------------- writing
+# ---------------------------------------------------------------------------- the CPU-scale table
+# Not a table of the paper: its comparison (zero-shot, MeZO, PAC-ZPL, PAC-MI, DPZero, DP-AggZO) rerun at a
+# size a 2-core CPU finishes in about 4 hours, SmolLM2-135M-Instruct on real review sentences. The data is
+# not shipped (paczero ships only its own demo set): each recipe names the file it needs (recipe header
+# requires_data) and the user gives its path (sweep: --set data=PATH, train: --data PATH).
+
+CPU_TABLE = "cpu-scale"
+CPU_DATA = ("imdb.jsonl, the IMDb file of the UCI Sentiment Labelled Sentences (Kotzias et al., KDD 2015; "
+            "CC BY 4.0): 1000 review sentences, 500 positive, rows {\"text\", \"label\"}")
+CPU_SEEDS = [0, 1, 2]
+CPU_N, CPU_DEV, CPU_TEST = 64, 100, 500      # universe, dev and test examples drawn from the file's 1000
+CPU_T, CPU_M, CPU_EVALS = 100, 32, 5          # steps, candidate subsets, dev evaluations per run
+CPU_LR = {"lora": 5e-3, "ft": 5e-4}          # LoRA: the quick start's; FT: the paper's FT : LoRA ratio 1 : 10
+CPU_CLIP = {"lora": 25, "ft": 1000}          # the paper's stability clip per track (tab:headline-recipes)
+CPU_DP_LR = CPU_LR["lora"] * 5e-6 / 1e-4     # the paper's DP : PAC learning-rate ratio (dp-cliff 5e-6, FT 1e-4)
+CPU_Q, CPU_DP_K = 0.25, 4                    # Poisson rate: an expected batch of 16; DP-AggZO's directions
+#: seconds on the project's 2-core machine, bf16, mu = 1e-2: one example's forward (the quick start's LoRA step
+#: at N = 64 took 2.66 s for 2 x 64 forwards, docs/performance.md; an evaluation's forward is counted the same),
+#: full FT's extra per step (drawing z for 135M weights; SmolLM2's FT step against its LoRA step at N = 1000,
+#: 62.9 against 59.3 s in fp32, docs/performance.md), a step's fixed cost, and a run's start (process, model load)
+CPU_S_FORWARD, CPU_S_FT_EXTRA, CPU_S_STEP, CPU_S_START = 2.66 / 128, 3.6, 0.05, 15.0
+CPU_KEY_ORDER = ["model", "track", "lora_r", "lora_alpha", "dtype", "task", "columns", "template", "verbalizer",
+                 "n_train", "n_dev", "n_test", "mechanism", "num_subsets", "mi_budget", "schedule", "epsilon",
+                 "delta", "dp_clip", "sample_rate", "accountant", "batch_size", "num_directions", "steps", "lr",
+                 "lr_schedule", "clip", "mu", "weight_decay", "eval_every", "eval_zero_shot", "dev_best",
+                 "select_metric", "checkpoint_every", "token_budget"]
+
+
+def cpu_scale() -> list[tuple]:
+    """(cell, title, config, forwards per step) of every cell of the CPU-scale table."""
+    shared = {"model": "smollm2-135m-instruct", "lora_r": 8, "lora_alpha": 16, "dtype": "bf16", "task": "sst2",
+              "columns": {"sentence": "text"}, "template": "{sentence} It was",
+              "verbalizer": {0: " terrible", 1: " great"}, "n_train": CPU_N, "n_dev": CPU_DEV, "n_test": CPU_TEST,
+              "mu": 1e-2, "weight_decay": 0.0, "eval_every": CPU_T // CPU_EVALS, "eval_zero_shot": True,
+              "dev_best": True, "select_metric": "loss", "checkpoint_every": 25, "token_budget": 2048}
+
+    def pac(track: str, mech: dict) -> dict:
+        return {**shared, "track": track, **mech, "num_subsets": CPU_M, "num_directions": 1, "steps": CPU_T,
+                "lr": CPU_LR[track], "lr_schedule": "polynomial", "clip": CPU_CLIP[track]}
+
+    def dp(mech: str, eps: float, k: int, steps: int) -> dict:
+        return {**shared, "track": "lora", "mechanism": mech, "epsilon": eps, "delta": 1e-5, "dp_clip": 25.0,
+                "sample_rate": CPU_Q, "accountant": "rdp", "num_directions": k, "steps": steps, "lr": CPU_DP_LR,
+                "lr_schedule": "constant", "clip": None, "eval_every": steps // CPU_EVALS}
+
+    zpl, mi = {"mechanism": "pac-zpl"}, lambda b: {"mechanism": "pac-mi", "mi_budget": b, "schedule": "adaptive"}
+    full, sub = 2 * CPU_N, 2 * CPU_Q * CPU_N  # forwards per step and direction: the universe, a Poisson batch
+    # DP steps are matched to a PAC cell's forwards: T_DP * K * 2qN = T * 2N
+    t_dpzero, t_aggzo = round(CPU_T * full / sub), round(CPU_T * full / (CPU_DP_K * sub))
+    return [
+        ("smollm2-lora-mezo", "MeZO (non-private ceiling), LoRA, the whole universe every step",
+         {**shared, "track": "lora", "mechanism": "mezo", "batch_size": None, "num_directions": 1, "steps": CPU_T,
+          "lr": CPU_LR["lora"], "lr_schedule": "constant", "clip": CPU_CLIP["lora"]}, full),
+        ("smollm2-lora-zpl", "PAC-ZPL (MI = 0), LoRA", pac("lora", zpl), full),
+        ("smollm2-lora-mi0.33", "PAC-MI, MI = 0.33 nats, LoRA", pac("lora", mi(0.33)), full),
+        ("smollm2-lora-mi0.68", "PAC-MI, MI = 0.68 nats, LoRA", pac("lora", mi(0.68)), full),
+        ("smollm2-ft-zpl", "PAC-ZPL (MI = 0), full fine-tuning", pac("ft", zpl), full),
+        ("smollm2-ft-mi0.33", "PAC-MI, MI = 0.33 nats, full fine-tuning", pac("ft", mi(0.33)), full),
+        ("smollm2-lora-dpzero-k1-eps2", "DPZero (the DP-AggZO code at K = 1, as the paper's), epsilon = 2, LoRA",
+         dp("dpzero-aggzo1", 2.0, 1, t_dpzero), sub),
+        ("smollm2-lora-dpzero-k1-eps6", "DPZero (the DP-AggZO code at K = 1, as the paper's), epsilon = 6, LoRA",
+         dp("dpzero-aggzo1", 6.0, 1, t_dpzero), sub),
+        (f"smollm2-lora-dp-aggzo-k{CPU_DP_K}-eps2", f"DP-AggZO, K = {CPU_DP_K}, epsilon = 2, LoRA",
+         dp("dp-aggzo", 2.0, CPU_DP_K, t_aggzo), CPU_DP_K * sub),
+    ]
+
+
+def cpu_eval_forwards(cfg: dict) -> int:
+    """A run's evaluation forwards: zero-shot dev and test, the dev evaluations, the final test."""
+    return cfg["n_dev"] + cfg["n_test"] + cfg["steps"] // cfg["eval_every"] * cfg["n_dev"] + cfg["n_test"]
+
+
+def cpu_seconds(cfg: dict, forwards: float) -> float:
+    """A cell's estimated seconds per run: steps x (forwards x s + FT's extra + fixed) + evaluations + start."""
+    per_step = forwards * CPU_S_FORWARD + (CPU_S_FT_EXTRA if cfg["track"] == "ft" else 0.0) + CPU_S_STEP
+    return cfg["steps"] * per_step + cpu_eval_forwards(cfg) * CPU_S_FORWARD + CPU_S_START
+
+
+def cpu_why() -> list[str]:
+    """Why each shared setting has its value (README.md beside the recipes says it)."""
+    return [
+        f"N = {CPU_N} (n_train, every cell): a PAC step scores every universe example at +mu and -mu, 2N forwards, "
+        f"2.7 s at N = 64 in bf16 on 2 cores; the paper's N = 1000 would cost about 40 s a step.",
+        f"T = {CPU_T} (PAC and MeZO): the quick start learns at this N and learning rate within 60 steps; 100 fit "
+        "the budget.",
+        f"lr {_sci(CPU_LR['lora'])} for LoRA (the quick start's, measured to learn at N = 64), "
+        f"{_sci(CPU_LR['ft'])} for full fine-tuning (the paper's FT : LoRA ratio, 1e-4 : 1e-3 for OPT-1.3B "
+        "PAC-ZPL); the PAC cells decay it polynomially (the paper's), MeZO and DP keep it constant (DPZero's).",
+        f"M = {CPU_M} (every PAC cell): half the universe. A step is unanimous when the universe's mean scalar "
+        "outweighs the largest deviation of an M-subset's mean, which grows like sqrt(2 ln M): M = 32 keeps the "
+        "threshold within 1.5x of the quick start's M = 8 (62 % unanimous steps).",
+        "bf16 at mu = 1e-2 in every cell: 1.7x faster than fp32; at mu = 1e-3 bf16's two-point scalars are "
+        "rounding noise (docs/performance.md, bf16 on CPU). Checked for full fine-tuning too (2026-11-24, one "
+        "direction, 16 imdb sentences): bf16's per-example scalars at mu = 1e-2 correlate at 0.92 with fp32's at "
+        "1e-3 (LoRA: 0.79-0.92).",
+        f"clip {CPU_CLIP['lora']} (LoRA) and {CPU_CLIP['ft']} (FT), the paper's per track; dev-best by dev loss "
+        f"(the paper's SST-2 protocol) among {CPU_EVALS} dev evaluations per run, every T / {CPU_EVALS} steps, so "
+        "every cell chooses among as many candidates at the same fractions of its run.",
+        f"Splits: the data seed permutes the file's 1000 sentences; the first {CPU_TEST} are the test split, then "
+        f"the universe ({CPU_N}) and dev ({CPU_DEV}) come from the rest: disjoint, and every cell of a seed trains, "
+        "selects and tests on the same examples. A sweep seed sets data_seed (as the paper's seeds); the public "
+        "seed of the directions stays 0 and the secret comes from OS entropy.",
+        "Zero-shot is no cell: every run first evaluates the base model on its seed's dev and test "
+        "(eval_zero_shot); the report's zero-shot row is those figures, one per seed.",
+        "MeZO scores the whole universe every step (batch_size null), as PAC does: the same data, N, T and lr as "
+        "the PAC LoRA cells; only the release differs (the real-valued scalar instead of a private bit).",
+        f"DP: dp_clip 25 and delta 1e-5 (the paper's), the RDP accountant; sample rate q = {CPU_Q:g}, an expected "
+        f"Poisson batch of {CPU_Q * CPU_N:g} (MeZO's batch size). At this N the noise on the averaged scalar, "
+        "sigma * dp_clip / (qN), hardly depends on q (sigma grows about linearly with q: 11.3 at q = 0.25, 22.6 at "
+        f"0.5 for DPZero at epsilon 2), so q sets only the cost. lr {_sci(CPU_DP_LR)}: the paper's DP : PAC ratio "
+        "(5e-6 : 1e-4). Steps matched to a PAC cell's example forwards (T x 2N = 12,800): DPZero "
+        f"T = {round(CPU_T * 2 * CPU_N / (2 * CPU_Q * CPU_N))}, DP-AggZO K = {CPU_DP_K}, "
+        f"T = {round(CPU_T * 2 * CPU_N / (CPU_DP_K * 2 * CPU_Q * CPU_N))} (the paper gave DPZero 20x DP-AggZO's T).",
+    ]
+
+CPU_HEADER = """\
+# CPU-scale table: {title}
+# Generated by scripts/make_recipes.py (the CPU-scale table, not a table of the paper); edit the script.
+# Data, not shipped with paczero: {data}.
+# Give its path to the sweep (a seed sets data_seed) or to one run:
+#   paczero sweep cpu-scale --seeds {seeds} --set data=PATH/imdb.jsonl
+#   paczero train --recipe {name} --data PATH/imdb.jsonl --data-seed {seed0}
+# This cell: about {minutes:.1f} min per run on 2 cores (estimate: {steps} steps x {forwards:g} example forwards, {track}).
+# Every setting's reason and the table's budget: README.md beside this file.
+"""
+
+
+def render_cpu_scale(cell: str, title: str, cfg: dict, forwards: float) -> str:
+    import textwrap
+
+    name = f"{CPU_TABLE}/{cell}"
+    cfg = {k: cfg[k] for k in CPU_KEY_ORDER if k in cfg}
+    head = CPU_HEADER.format(title=title, data=CPU_DATA, seeds=" ".join(map(str, CPU_SEEDS)), name=name,
+                             seed0=CPU_SEEDS[0], steps=cfg["steps"], forwards=forwards, track=cfg["track"],
+                             minutes=cpu_seconds(cfg, forwards) / 60)
+    head = "\n".join(line if len(line) <= 110 else "\n# ".join(textwrap.wrap(line, 108, break_on_hyphens=False))
+                     for line in head.splitlines()) + "\n"
+    recipe = {"recipe": {"name": name, "table": CPU_TABLE, "cell": cell, "title": title, "seeds": CPU_SEEDS,
+                         "seed_field": "data_seed", "requires_data": CPU_DATA}}
+    return head + dump(recipe) + "\n" + dump(cfg)
+
+
+def cpu_scale_readme(cells: list[tuple]) -> str:
+    rows, total = [], 0.0
+    for cell, title, cfg, forwards in cells:
+        s = cpu_seconds(cfg, forwards)
+        total += s * len(CPU_SEEDS)
+        setting = (f"M {cfg['num_subsets']}" if "num_subsets" in cfg else
+                   f"q {cfg['sample_rate']:g}, dp_clip {cfg['dp_clip']:g}" if "epsilon" in cfg else "batch: universe")
+        rows.append(f"| `{cell}` | {title} | {cfg['track']} | {cfg['steps']} | {_sci(cfg['lr'])} | {setting} | "
+                    f"{forwards:g} | {s / 60:.1f} |")
+    why = "\n".join(f"- {line}" for line in cpu_why())
+    return f"""# The CPU-scale table (`{CPU_TABLE}`)
+
+Generated by `scripts/make_recipes.py`; edit the script, not this file. Not a table of the paper: its
+comparison rerun on SmolLM2-135M-Instruct and real review sentences, sized for a 2-core CPU.
+
+Data (not shipped with paczero; the recipes take its path): {CPU_DATA}.
+
+```bash
+paczero sweep {CPU_TABLE} --seeds {' '.join(map(str, CPU_SEEDS))} --set data=PATH/imdb.jsonl --out-root runs/{CPU_TABLE}
+paczero report runs/{CPU_TABLE}
+```
+
+Shared by every cell: SmolLM2-135M-Instruct, bf16, mu 1e-2, the paper's prompt `{{sentence}} It was` and
+verbalizer ` terrible` / ` great`, N = {CPU_N}, dev {CPU_DEV}, test {CPU_TEST}, dev-best by dev loss among
+{CPU_EVALS} dev evaluations (every T / {CPU_EVALS} steps), LoRA r 8 (alpha 16) on the query and value projections.
+
+| cell | method | track | T | lr | setting | forwards per step | min per run |
+|---|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+
+Budget: {len(cells)} cells x {len(CPU_SEEDS)} seeds, each run T x (forwards x {CPU_S_FORWARD * 1000:.1f} ms
++ {CPU_S_FT_EXTRA:g} s for full fine-tuning + {CPU_S_STEP:g} s) + evaluation forwards x {CPU_S_FORWARD * 1000:.1f} ms
+(zero-shot dev and test, {CPU_EVALS} dev evaluations, the final test: {cpu_eval_forwards(cells[0][2])} forwards)
++ {CPU_S_START:g} s (process start, model load): about **{total / 3600:.1f} hours** on 2 cores, one run after
+another.
+The sweep resumes (`paczero sweep` skips finished runs and continues killed ones from their checkpoint),
+so it may run across several sittings.
+
+Why these values:
+
+{why}
+"""
 class _Dumper(yaml.SafeDumper):
     """Block mappings, inline lists: one key per line, per-seed values on one line."""
 
@@ -516,6 +703,9 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {ROOT / t / f"{c}.yaml": render(t, c, title, cfg, paper, seeds) for t, c, title, cfg, paper, seeds in recipes}
     assert len(wanted) == len(recipes), "duplicate recipe names"
     wanted[ROOT / "paper_results.csv"] = paper_results_csv(recipes)
+    cpu = cpu_scale()
+    wanted.update({ROOT / CPU_TABLE / f"{c}.yaml": render_cpu_scale(c, title, cfg, fw) for c, title, cfg, fw in cpu})
+    wanted[ROOT / CPU_TABLE / "README.md"] = cpu_scale_readme(cpu)
     existing = {p for t in GENERATED for p in (ROOT / t).glob("*.yaml")}
     stale = sorted(p for p, text in wanted.items() if not p.exists() or p.read_text() != text)
     extra = sorted(existing - set(wanted))
@@ -528,7 +718,8 @@ def main(argv: list[str] | None = None) -> int:
     for p, text in wanted.items():
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
-    print(f"wrote {len(recipes)} recipes and paper_results.csv under {ROOT} ({len(stale)} changed, {len(extra)} removed)")
+    print(f"wrote {len(recipes) + len(cpu)} recipes, paper_results.csv and {CPU_TABLE}/README.md under {ROOT} "
+          f"({len(stale)} changed, {len(extra)} removed)")
     return 0
 
 

@@ -15,7 +15,9 @@ from paczero.config import TrainConfig, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = list_recipes()
-NAMES = [n for n in ALL if not n.startswith("quickstart/")]  # the paper's cells
+NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/"))]  # the paper's cells
+CPU = [n for n in ALL if n.startswith("cpu-scale/")]  # the CPU-scale table (its data file is not shipped)
+DEMO_FILE = REPO / "paczero" / "data" / "demo_sentiment.jsonl"  # a file with the "text" and "label" columns
 
 
 def cfg(name: str) -> TrainConfig:
@@ -176,7 +178,8 @@ def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
 
     seen = set()
     for name in list_recipes():
-        assert main(["train", "--recipe", name, "--print-config"]) == 0
+        data = ["--data", str(DEMO_FILE)] if name in CPU else []
+        assert main(["train", "--recipe", name, "--print-config", *data]) == 0
         printed = capsys.readouterr().out
         path = tmp_path / "printed.yaml"
         path.write_text(printed)
@@ -192,3 +195,113 @@ def test_a_config_with_numbers_in_exponent_notation_loads(tmp_path):
     path.write_text("mechanism: dpzero\nepsilon: 2\ndelta: 1e-5\nsample_rate: 5e-1\nlr: 5e-4\nmu: 1e-3\n")
     cfg = TrainConfig.from_dict(load_yaml(path)).validate()
     assert (cfg.lr, cfg.mu, cfg.delta, cfg.sample_rate) == (5e-4, 1e-3, 1e-5, 0.5)
+
+
+# ---------------------------------------------------------------------------- the CPU-scale table
+def cpu_cfg(name: str, data: Path = DEMO_FILE) -> TrainConfig:
+    return TrainConfig.from_dict({**load_yaml(resolve_recipe(name)), "data": str(data)}, source=name)
+
+
+def test_cpu_scale_table_has_the_cells_of_its_issue():
+    """Zero-shot (no cell: every run's base-model evaluation), MeZO, PAC-ZPL and PAC-MI 0.33 in LoRA and FT,
+    PAC-MI 0.68 in LoRA, DPZero at epsilon 2 and 6, DP-AggZO at epsilon 2."""
+    cells = {(c.mechanism, c.track, c.mi_budget, c.epsilon) for c in map(cpu_cfg, CPU)}
+    assert cells == {("mezo", "lora", None, None), ("pac-zpl", "lora", None, None), ("pac-mi", "lora", 0.33, None),
+                     ("pac-mi", "lora", 0.68, None), ("pac-zpl", "ft", None, None), ("pac-mi", "ft", 0.33, None),
+                     ("dpzero-aggzo1", "lora", None, 2.0), ("dpzero-aggzo1", "lora", None, 6.0),
+                     ("dp-aggzo", "lora", None, 2.0)}
+    assert len(CPU) == 9
+
+
+@pytest.mark.parametrize("name", CPU)
+def test_cpu_scale_recipe_validates(name):
+    c = cpu_cfg(name).validate()
+    header = yaml.safe_load(resolve_recipe(name).read_text())["recipe"]
+    assert header["name"] == name and header["seeds"] == [0, 1, 2] and header["seed_field"] == "data_seed"
+    assert "imdb.jsonl" in header["requires_data"] and "CC BY 4.0" in header["requires_data"]
+    assert "data" not in load_yaml(resolve_recipe(name))  # the file is given, never shipped or assumed
+    assert (c.model, c.dtype, c.mu, c.task) == ("smollm2-135m-instruct", "bf16", 1e-2, "sst2")  # bf16 needs mu 1e-2
+    assert c.template == "{sentence} It was" and c.verbalizer == {0: " terrible", 1: " great"}  # the paper's prompt
+    assert c.columns == {"sentence": "text"} and c.eval_zero_shot and c.private_seed is None
+
+
+def test_cpu_scale_shared_settings_are_identical_across_cells():
+    """Every cell trains on the same universe size and is selected and tested on the same splits; the PAC cells
+    share N, T, M and (per track) lr and clip; the DP cells the paper's dp_clip and delta, one sample rate."""
+    cfgs = {n: cpu_cfg(n) for n in CPU}
+    shared = ("model", "dtype", "mu", "task", "columns", "template", "verbalizer", "n_train", "n_dev", "n_test",
+              "data_seed", "seed", "select_metric", "dev_best", "token_budget", "lora_r", "lora_alpha")
+    for key in shared:
+        assert len({json.dumps(getattr(c, key)) for c in cfgs.values()}) == 1, key
+    c0 = next(iter(cfgs.values()))
+    assert (c0.n_train, c0.n_dev, c0.n_test) == (64, 100, 500)
+    for c in cfgs.values():  # dev-best chooses among 5 dev evaluations in every cell, at the same fractions of T
+        assert c.steps % c.eval_every == 0 and c.steps // c.eval_every == 5, c.mechanism
+    pac = [c for c in cfgs.values() if c.mechanism in ("pac-zpl", "pac-mi")]
+    assert len(pac) == 5 and {(c.steps, c.num_subsets, c.num_directions) for c in pac} == {(100, 32, 1)}
+    assert {(c.track, c.lr, c.clip, c.lr_schedule) for c in pac} == {("lora", 5e-3, 25, "polynomial"),
+                                                                    ("ft", 5e-4, 1000, "polynomial")}
+    mezo = cfgs["cpu-scale/smollm2-lora-mezo"]  # the non-private ceiling: PAC LoRA's data, N, T and lr
+    assert (mezo.batch_size, mezo.steps, mezo.lr, mezo.clip) == (None, 100, 5e-3, 25)
+    dp = [c for c in cfgs.values() if c.mechanism in ("dpzero-aggzo1", "dp-aggzo")]
+    assert {(c.dp_clip, c.delta, c.sample_rate, c.lr, c.accountant, c.clip) for c in dp} == \
+        {(25.0, 1e-5, 0.25, 2.5e-4, "rdp", None)}
+    for c in dp:  # each DP cell scores as many expected example forwards as a PAC cell: T K 2qN = T_PAC 2N
+        assert c.steps * c.num_directions * 2 * c.sample_rate * c.n_train == 100 * 2 * 64, c.mechanism
+
+
+def test_cpu_scale_test_split_is_held_out_and_shared_by_the_cells_of_a_seed(tmp_path):
+    """The loader draws test first from the file by the data seed, then the universe and dev from the rest: no
+    cell trains or selects on a test example, and all cells of a seed see the same examples."""
+    from paczero.tasks import load_splits
+
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("".join(json.dumps({"text": f"review {i}", "label": i % 2}) + "\n" for i in range(1000)))
+    tests = []
+    for seed in (0, 1, 2):
+        splits = set()
+        for name in CPU:
+            c = cpu_cfg(name, path)
+            train, dev, test = load_splits(c.task, c.data, c.n_train, c.n_dev, c.n_test, seed, c.columns)
+            ids = [tuple(e["sentence"] for e in part) for part in (train, dev, test)]
+            assert not (set(ids[2]) & (set(ids[0]) | set(ids[1]))) and not set(ids[0]) & set(ids[1])
+            assert list(map(len, ids)) == [64, 100, 500]
+            splits.add(tuple(ids))
+        assert len(splits) == 1  # every cell of the seed: the same universe, dev and test
+        tests.append(set(splits.pop()[2]))
+    assert tests[0] != tests[1] != tests[2]  # a data seed draws other examples
+
+
+def test_cpu_scale_without_its_data_file_is_one_clear_error(tmp_path, capsys):
+    """Red if the recipes ran without the file (the sweep would materialise the cells and train on the hub's
+    SST-2, or fail late): the sweep and train each stop with one line naming the file and how to pass it."""
+    from paczero.cli import main
+
+    out_root = tmp_path / "runs"
+    assert main(["sweep", "cpu-scale", "--seeds", "0", "--out-root", str(out_root), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--set data=PATH" in err[0] and "imdb.jsonl" in err[0], err
+    assert not out_root.exists() or not any(out_root.rglob("seed0*"))
+    assert main(["train", "--recipe", "cpu-scale/smollm2-lora-zpl", "--print-config"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--data PATH" in err[0] and "imdb.jsonl" in err[0], err
+    # given the file, every cell validates and its command sets the seed as data_seed
+    assert main(["sweep", "cpu-scale", "--seeds", "0", "1", "2", "--out-root", str(out_root), "--dry-run",
+                 "--set", f"data={DEMO_FILE}"]) == 0
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("run ")]
+    assert len(commands) == 27 and all("--data-seed" in c for c in commands)
+
+
+def test_cpu_scale_budget_fits_four_hours():
+    """The table's README states the budget arithmetic: 9 cells x 3 seeds within about 4 hours on 2 cores."""
+    import re
+
+    readme = (resolve_recipe(CPU[0]).parent / "README.md").read_text()
+    hours = float(re.search(r"about \*\*([0-9.]+) hours\*\*", readme).group(1))
+    assert hours <= 4.0
+    minutes = [float(m) for m in re.findall(r"\| ([0-9.]+) \|$", readme, flags=re.M)]
+    assert len(minutes) == 9 and abs(sum(minutes) * 3 / 60 - hours) < 0.1
+    for name in CPU:  # each recipe's header names its own estimate, the one in the README
+        cell = name.split("/")[1]
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{cell}` |"))
+        assert f"about {row.rsplit('|', 2)[1].strip()} min per run" in resolve_recipe(name).read_text()

@@ -337,3 +337,27 @@ def test_the_report_draws_each_cells_curves_from_its_runs_logs(tmp_path, monkeyp
     assert [line for line in loss[1]] == [([1, 2, 3, 4], [0.7 - 0.01 * t - s / 10 for t in range(4)]) for s in (0, 1)]
     assert dev[1][0] == ([2, 4], [50.0, 75.0])
     assert privacy[0][0] == 0.0 and privacy[0][1] == pytest.approx(1.05 * 0.05)
+
+
+def test_the_zero_shot_row_is_the_runs_base_model_figure_per_data_seed(tmp_path):
+    """The base model's test accuracy, as every run measured it before its first step (summary.json zero_shot):
+    one figure per data seed (the cells of a seed score the same model on the same examples), then the mean and
+    sample std over the seeds. Red if the row is missing, averages the runs instead of the seeds, or mixes data
+    seeds."""
+    root = tmp_path / "runs"
+    head = dict(model="smollm2-135m-instruct", task="sst2", track="lora", steps=4, data=str(tmp_path / "imdb.jsonl"))
+    zero = {0: 0.70, 1: 0.74, 2: 0.66}  # per data seed
+    for cell, mech in (("cpu-scale/smollm2-lora-zpl", {"mechanism": "pac-zpl"}),
+                       ("cpu-scale/smollm2-lora-mi0.33", {"mechanism": "pac-mi", "mi_budget": 0.33}),
+                       ("cpu-scale/smollm2-lora-mezo", {"mechanism": "mezo"})):
+        for seed, zs in zero.items():
+            if cell.endswith("mezo") and seed == 2:
+                continue  # a seed with fewer runs must not weigh less
+            run = write_run(root, cell, seed, test=0.8, dev=0.8, privacy=pac(0.33), data_seed=seed, **head, **mech)
+            summary = json.loads((run / "summary.json").read_text())
+            summary["zero_shot"] = {"test": {"accuracy": zs, "loss": 0.6}, "dev": {"accuracy": zs - 0.1, "loss": 0.7}}
+            (run / "summary.json").write_text(json.dumps(summary))
+    md = (write_report(root, tmp_path / "report") / "report.md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| zero-shot |"))
+    assert "SST-2 (imdb.jsonl)" in row and "| base model, no training |" in row
+    assert "70.00 ± 4.00 (n=3)" in row and "60.00 ± 4.00 (n=3)" in row  # test, then dev

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from paczero.config import ConfigError
 
-__all__ = ["recipes_root", "list_recipes", "resolve_recipe"]
+__all__ = ["recipes_root", "list_recipes", "resolve_recipe", "required_data", "check_data_given"]
 
 
 def recipes_root() -> Path:
@@ -31,3 +31,27 @@ def resolve_recipe(name: str) -> Path:
         raise ConfigError(f"unknown recipe {name!r}" + (f"; did you mean {', '.join(near)}?" if near else
                                                          "; list them with 'paczero recipes'"))
     return path
+
+
+def required_data(source: str | Path) -> str | None:
+    """The data file a recipe trains on but does not ship (its header's ``recipe: {requires_data: ...}``,
+    e.g. the CPU-scale table's imdb.jsonl), else None."""
+    import yaml
+
+    try:
+        header = (yaml.safe_load(Path(source).read_text()) or {}).get("recipe")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None  # an unreadable file is reported where it is loaded
+    return header.get("requires_data") if isinstance(header, dict) else None
+
+
+def check_data_given(source: str | Path, values: dict, how: str) -> None:
+    """Raise ConfigError, one line naming the file and ``how`` to pass it (``--data PATH``, ``--set
+    data=PATH``), when the recipe at ``source`` needs a data file that ``values`` does not give."""
+    need = required_data(source)
+    if need and values.get("data") in (None, ""):
+        root = recipes_root()
+        path = Path(source)
+        name = str(path.relative_to(root).with_suffix("")) if root in path.parents else str(source)
+        raise ConfigError(f"recipe {name} trains on a data file paczero does not ship: give its path with {how} "
+                          f"(the file: {need})")

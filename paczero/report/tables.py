@@ -1,12 +1,14 @@
 """A report's Markdown tables: the paper's layouts (headline, plateau, dp-cliff), per cell, per run's privacy."""
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from collections import defaultdict
 from typing import Any
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, method_label, model_label,
+from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, mean_std, method_label, model_label,
                                   privacy_rows)
 
 
@@ -73,12 +75,49 @@ def dp_cliff_table(cells: list[Cell], paper: bool) -> str:
 
 
 def cell_table(cells: list[Cell], paper: bool) -> str:
-    rows = []
+    rows = zero_shot_rows(cells)
     for c in cells:
-        rows.append([c.name, method_label(c.cfg), _task_label(c.cfg["task"]), model_label(c.cfg["model"]),
+        rows.append([c.name, method_label(c.cfg), _task_data(c.cfg), model_label(c.cfg["model"]),
                      c.cfg["track"], c.cfg["steps"], c.text("test", paper), fmt_ms(*c.stat("dev")),
                      fmt_ms(*c.stat("unanimity"), digits=1)])
     return markdown_table(["Cell", "Method", "Task", "Model", "Track", "T", "Test %", "Dev %", "Unanimity %"], rows)
+
+
+def _task_data(cfg: dict) -> str:
+    """The task, and the data file's name where the run read one (``SST-2 (imdb.jsonl)``)."""
+    data = cfg.get("data")
+    return _task_label(cfg["task"]) + (f" ({str(data).replace(chr(92), '/').rsplit('/', 1)[-1]})"
+                                       if data not in (None, "demo") else "")
+
+
+#: what fixes the base model's dev and test figures of a run (with its data_seed: which examples are drawn)
+ZERO_SHOT_KEYS = ("task", "data", "columns", "labels", "template", "verbalizer", "model", "dtype", "n_train", "n_dev",
+                  "n_test", "max_length", "max_new_tokens", "answer_stop")
+
+
+def zero_shot_rows(cells: list[Cell]) -> list[list[str]]:
+    """One row per base model and data setting of ``cells``: the runs' zero-shot evaluation (summary.json
+    ``zero_shot``, the base model before any step), one figure per data seed (the runs of one data seed score
+    the same model on the same examples), mean ± std over the data seeds. No row where no run has one."""
+    groups: dict[str, dict[Any, list[tuple[float | None, float | None]]]] = defaultdict(lambda: defaultdict(list))
+    for c in cells:
+        for r in c.runs:
+            zs = r.summary.get("zero_shot") or {}
+            metric = r.summary.get("metric", "accuracy")
+            pct = [None if (zs.get(s) or {}).get(metric) is None else 100.0 * float(zs[s][metric])
+                   for s in ("test", "dev")]
+            if pct[0] is not None:
+                key = json.dumps({k: r.cfg.get(k) for k in ZERO_SHOT_KEYS}, sort_keys=True, default=str)
+                groups[key][r.cfg.get("data_seed")].append((pct[0], pct[1]))
+    rows = []
+    for key, by_seed in groups.items():
+        cfg = json.loads(key)
+        test = [statistics.fmean(t for t, _ in v) for v in by_seed.values()]
+        dev = [statistics.fmean(d for _, d in v) for v in by_seed.values() if all(d is not None for _, d in v)]
+        name = "zero-shot" + (f" ({model_label(cfg['model'])})" if len(groups) > 1 else "")
+        rows.append([name, "base model, no training", _task_data(cfg), model_label(cfg["model"]), "—", 0,
+                     fmt_ms(*mean_std(test)), fmt_ms(*mean_std(dev)), "—"])
+    return rows
 
 
 def privacy_table(runs: list[Run]) -> str:
