@@ -168,6 +168,7 @@ def test_paper_results_data_file():
     assert len(bao) == 18 and {r["mechanism"] for r in bao} == {"dpzero", "dp-aggzo", "mezo"}
 
 
+@pytest.mark.slow  # about 10 s: every shipped recipe through the CLI twice
 def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
     """``paczero train --recipe R --print-config`` writes JSON whose numbers PyYAML (YAML 1.1) reads as
     strings where they carry an exponent without a dot (``1e-05``, ``5e-06``); loaded back with --config it
