@@ -22,7 +22,8 @@ from paczero.config import DP_MECHANISMS, PAC_PRIVATE
 _log = logging.getLogger(__name__)
 
 
-def _jsonl(path: Path) -> list[dict]:
+def read_records(path: Path) -> list[dict]:
+    """The records of a run's JSON-lines file (log.jsonl, evals.jsonl); [] if absent, a torn line skipped."""
     if not path.exists():
         return []
     out = []
@@ -59,11 +60,11 @@ def draw_curves(runs: list[tuple[str, Path]], path: Path, title: str) -> Path | 
     """Draw the curves of ``runs`` ((label, run folder) pairs) into the PNG ``path``; None if no run has a log."""
     data = []
     for label, run_dir in runs:
-        log = _jsonl(run_dir / "log.jsonl")
+        log = read_records(run_dir / "log.jsonl")
         if log:
             summary = _json(run_dir / "summary.json")
             cfg = summary.get("config") or _json(run_dir / "run.json").get("config") or {}
-            data.append((label, log, _jsonl(run_dir / "evals.jsonl"), summary, cfg))
+            data.append((label, log, read_records(run_dir / "evals.jsonl"), summary, cfg))
     if not data:
         return None
     import matplotlib

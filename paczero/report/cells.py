@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from paczero.config import DP_MECHANISMS
+from paczero.curves import read_records
 from paczero.recipes import recipes_root
 
 
@@ -317,16 +318,7 @@ def _task_label(task: str) -> str:
 
 
 def read_log(run_dir: Path) -> list[dict]:
-    path = run_dir / "log.jsonl"
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    return read_records(run_dir / "log.jsonl")
 
 
 def run_row(run: Run) -> dict[str, Any]:

@@ -287,3 +287,20 @@ def model_device(model) -> torch.device:
         return next(model.parameters()).device
     except (StopIteration, AttributeError):
         return torch.device("cpu")
+
+
+def teacher_forced_batches(enc, pad_id: int, token_budget: int = 4096, indices=None,
+                           max_padding: float | None = 0.1) -> list[Batch]:
+    """Left-padded rows ``prompt + target[:-1]`` with right-aligned targets (``Encoded.prompt_ids``,
+    ``target_ids``, ``answers``): the micro-batches of a teacher-forced NLL (SQuAD, completion)."""
+    lengths = [len(e.prompt_ids) + len(e.target_ids) - 1 for e in enc]
+    batches = []
+    for group in plan_batches(lengths, token_budget, 1, indices, max_padding):
+        rows = [list(enc[i].prompt_ids) + list(enc[i].target_ids[:-1]) for i in group]
+        ids, mask, pos = left_pad(rows, pad_id)
+        tgt, tgt_mask = right_align([enc[i].target_ids for i in group])
+        batches.append(Batch(
+            index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
+            targets=tgt, target_mask=tgt_mask, answers=tuple(enc[i].answers for i in group),
+        ))
+    return batches

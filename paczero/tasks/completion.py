@@ -40,8 +40,8 @@ from paczero.tasks.batching import (
     pad_token_id,
     plan_batches,
     prompt_prefix,
-    right_align,
     target_logprobs,
+    teacher_forced_batches,
     tokenize,
     truncate_left,
 )
@@ -127,17 +127,7 @@ class CompletionTask:
     def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None,
                      max_padding: float | None = 0.1) -> list[Batch]:
         """Left-padded rows ``prompt + completion[:-1]`` with right-aligned completion targets."""
-        lengths = [len(e.prompt_ids) + len(e.target_ids) - 1 for e in enc]
-        batches = []
-        for group in plan_batches(lengths, token_budget, 1, indices, max_padding):
-            rows = [list(enc[i].prompt_ids) + list(enc[i].target_ids[:-1]) for i in group]
-            ids, mask, pos = left_pad(rows, self.pad_id)
-            tgt, tgt_mask = right_align([enc[i].target_ids for i in group])
-            batches.append(Batch(
-                index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
-                targets=tgt, target_mask=tgt_mask, answers=tuple(enc[i].answers for i in group),
-            ))
-        return batches
+        return teacher_forced_batches(enc, self.pad_id, token_budget, indices, max_padding)
 
     # -- losses, generation, evaluation ---------------------------------------
     def losses(self, model, batch: Batch) -> torch.Tensor:
