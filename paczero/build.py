@@ -28,6 +28,31 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def environment(device: str) -> dict[str, Any]:
+    """Where a run ran (summary.json ``environment``): the versions of paczero, torch and Python, the OS, and
+    the device: the GPU's name, or the CPU's model and the intra-op threads torch uses."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("paczero")
+    except PackageNotFoundError:  # pragma: no cover - a source checkout that is not installed
+        ours = None
+    if device.startswith("cuda") and torch.cuda.is_available():
+        hardware = torch.cuda.get_device_name(torch.device(device))
+    else:
+        hardware = platform.processor() or platform.machine()
+        try:
+            with open("/proc/cpuinfo") as f:
+                hardware = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")),
+                                hardware)
+        except OSError:
+            pass
+        hardware = f"{hardware}, {torch.get_num_threads()} threads"
+    return {"paczero": ours, "torch": torch.__version__, "python": platform.python_version(),
+            "os": platform.platform(terse=True), "device": device, "hardware": hardware}
+
+
 @dataclass
 class Setup:
     """Everything a run needs, built once (also used by eval and audit)."""

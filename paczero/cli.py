@@ -274,6 +274,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs_dir", help="a folder holding runs (searched recursively for summary.json)")
     p.add_argument("--out", help="where to write the report (default: RUNS_DIR/report)")
     p.add_argument("--no-paper", action="store_true", help="do not overlay the paper's published numbers")
+    p.add_argument("--markdown", metavar="FILE", help="write the Markdown report to FILE (default: OUT/report.md)")
+    p.add_argument("--keep-runs", action="store_true",
+                   help="also copy each run's small files (summary, logs, the sweep's config and record; not the "
+                        "weights) into OUT/runs, from which paczero report writes this report again")
 
     p = sub.add_parser("audit", help="membership-inference audit of finished runs (several: pooled); prints only "
                        "public values unless --reveal-secret")
@@ -396,7 +400,12 @@ def _cmd_sweep(ns) -> int:
 def _cmd_report(ns) -> int:
     from paczero.report import write_report
 
-    out = write_report(ns.runs_dir, ns.out, paper_overlay=not ns.no_paper)
+    import shlex
+
+    args = [*(["--out", ns.out] if ns.out else []), *(["--markdown", ns.markdown] if ns.markdown else []),
+            *(["--keep-runs"] if ns.keep_runs else []), *(["--no-paper"] if ns.no_paper else [])]
+    out = write_report(ns.runs_dir, ns.out, paper_overlay=not ns.no_paper, markdown=ns.markdown,
+                       keep_runs=ns.keep_runs, report_args=shlex.join(args))
     print(f"report written to {out}")
     return 0
 

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import Given, Setup, build_together, evaluate, load_trainable, step_batches, trainable_state
+from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
+                           trainable_state)
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, load_latest_checkpoint,
                                 prepare_run_dir, save_checkpoint)
 from paczero.curves import write_run_curves
@@ -355,6 +356,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "privacy_text": privacy_statement_text(statement, cfg),
         "train_seconds": None if _private_batches(cfg) else seconds,  # DP: time grows with the private batches
         "seconds_per_step": None if _private_batches(cfg) else seconds / cfg.steps,
+        "environment": environment(setup.device),
     }
     if cfg.rungs:  # the ladder: the weights of this one trajectory at each rung (paczero/rungs.py)
         summary["rungs"] = read_rungs(run_dir)

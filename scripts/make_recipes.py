@@ -517,6 +517,9 @@ paczero sweep {CPU_TABLE} --seeds {' '.join(map(str, CPU_SEEDS))} --set data=PAT
 paczero report runs/{CPU_TABLE}
 ```
 
+`docs/results.md` in paczero's repository is this table's report, written with
+`paczero report runs/{CPU_TABLE} --out docs/results --markdown docs/results.md --keep-runs`.
+
 Shared by every cell: SmolLM2-135M-Instruct, bf16, mu 1e-2, the paper's prompt `{{sentence}} It was` and
 verbalizer ` terrible` / ` great`, N = {CPU_N}, dev {CPU_DEV}, test {CPU_TEST}, dev-best by dev loss among
 {CPU_EVALS} dev evaluations (every T / {CPU_EVALS} steps), LoRA r 8 (alpha 16) on the query and value projections.
@@ -536,6 +539,20 @@ so it may run across several sittings.
 Why these values:
 
 {why}
+
+## What this table supports
+
+It compares the methods with each other at one small scale: one model (SmolLM2-135M-Instruct), one
+data file (IMDb review sentences), a universe of {CPU_N}, the same T x 2N example forwards for every
+private cell, {len(CPU_SEEDS)} data seeds. It says which method learns more under which guarantee here, what the
+unanimity rate is at this N and M, and what each run costs on 2 CPU cores.
+
+It does not stand for the paper's scale or tasks: not OPT-1.3B/6.7B, not N = 1000, M = 128 or
+T = 1000, not the SST-2 or SQuAD test sets. The learning rates are one per family (LoRA, full
+fine-tuning, DP), set by the paper's ratios and not tuned per method, so a cell's shortfall may be its
+learning rate. With {len(CPU_SEEDS)} seeds, differences within about two standard deviations are not resolved.
+The runs are bf16 at mu = 1e-2 (the paper: fp32 or fp16 at 1e-3). Each guarantee is about a run's own
+universe: whether one of its {CPU_N} sentences is in the secret subset S*.
 """
 class _Dumper(yaml.SafeDumper):
     """Block mappings, inline lists: one key per line, per-seed values on one line."""

@@ -347,9 +347,9 @@ def test_the_zero_shot_row_is_the_runs_base_model_figure_per_data_seed(tmp_path)
     root = tmp_path / "runs"
     head = dict(model="smollm2-135m-instruct", task="sst2", track="lora", steps=4, data=str(tmp_path / "imdb.jsonl"))
     zero = {0: 0.70, 1: 0.74, 2: 0.66}  # per data seed
-    for cell, mech in (("cpu-scale/smollm2-lora-zpl", {"mechanism": "pac-zpl"}),
-                       ("cpu-scale/smollm2-lora-mi0.33", {"mechanism": "pac-mi", "mi_budget": 0.33}),
-                       ("cpu-scale/smollm2-lora-mezo", {"mechanism": "mezo"})):
+    for cell, mech in (("reviews/smollm2-lora-zpl", {"mechanism": "pac-zpl"}),
+                       ("reviews/smollm2-lora-mi0.33", {"mechanism": "pac-mi", "mi_budget": 0.33}),
+                       ("reviews/smollm2-lora-mezo", {"mechanism": "mezo"})):
         for seed, zs in zero.items():
             if cell.endswith("mezo") and seed == 2:
                 continue  # a seed with fewer runs must not weigh less
@@ -361,3 +361,117 @@ def test_the_zero_shot_row_is_the_runs_base_model_figure_per_data_seed(tmp_path)
     row = next(line for line in md.splitlines() if line.startswith("| zero-shot |"))
     assert "SST-2 (imdb.jsonl)" in row and "| base model, no training |" in row
     assert "70.00 ± 4.00 (n=3)" in row and "60.00 ± 4.00 (n=3)" in row  # test, then dev
+
+
+def _cpu_scale_sweep(root: Path, data: Path) -> dict[str, list[float]]:
+    """A cpu-scale sweep's folder as ``paczero sweep`` leaves it: runs of four shipped recipes with the recipes'
+    own settings (data given with --set), seeds 0 1 2, the sweep's config beside each run and its sweep.jsonl
+    (one run killed once and resumed), and what it holds besides (weights, checkpoints) that a report copies
+    not. Returns each cell's per-seed test accuracies."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.5}
+    cells = {"cpu-scale/smollm2-lora-zpl": ([0.70, 0.74, 0.72], zpl),
+             "cpu-scale/smollm2-lora-mi0.33": ([0.75, 0.77, 0.79], pac(0.33, steps=100, unanimous=60)),
+             "cpu-scale/smollm2-lora-mezo": ([0.80, 0.84, 0.82], {"mechanism": "mezo", "private": False}),
+             "cpu-scale/smollm2-lora-dpzero-k1-eps2": ([0.60, 0.62, 0.58], dp(2.0))}
+    records = []
+    for cell, (accs, privacy) in cells.items():
+        recipe = load_yaml(recipes_root() / f"{cell}.yaml")
+        for seed, acc in enumerate(accs):
+            run = write_run(root, cell, seed, test=acc, dev=0.7, privacy=privacy,
+                            **{**recipe, "data": str(data), "data_seed": seed})
+            summary = json.loads((run / "summary.json").read_text())
+            summary["test"]["loss"] = 0.60 + 0.02 * seed
+            if "dpzero" in cell:  # as train writes it: a DP run's time depends on its private batches
+                summary["seconds_per_step"] = None
+            summary["zero_shot"] = {"test": {"accuracy": 0.64 + 0.01 * seed, "loss": 0.75}, "dev": None}
+            (run / "summary.json").write_text(json.dumps(summary))
+            (run / "log.jsonl").write_text("".join(json.dumps({"step": t, "branch": "unanimous", "cum_mi": 0.0,
+                                                               "free_frac": 1.0, "train_loss": 0.7}) + "\n"
+                                                   for t in range(3)))
+            (run / "selected.safetensors").write_bytes(b"weights")
+            (run / "checkpoints" / "step-50").mkdir(parents=True)
+            (run / "checkpoints" / "step-50" / "secret.json").write_text("{}")
+            run.with_name(f"seed{seed}.yaml").write_text(json.dumps({"recipe": {"name": cell}, **recipe}))
+            rd = str(run)
+            if cell.endswith("zpl") and seed == 0:  # killed once (60 s), then resumed (120 s)
+                records.append({"time": "2026-01-01T00:00:00", "recipe": cell, "seed": seed, "run_dir": rd,
+                                "status": "failed", "seconds": 60.0})
+            records.append({"time": f"2026-01-01T0{seed}:{len(records):02d}:00", "recipe": cell, "seed": seed,
+                            "run_dir": rd, "status": "done", "seconds": 120.0 if cell.endswith("zpl") and seed == 0
+                            else 180.0 + 6.0 * seed})
+    (root / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return {cell: accs for cell, (accs, _) in cells.items()}
+
+
+def test_the_cpu_scale_table_sets_every_method_beside_its_guarantee_and_cost(tmp_path):
+    """One row per method: test accuracy and loss (mean ± sample std over seeds), unanimity, the guarantee with
+    its MIA bound (from the budget: mia_bound(0.33); DP: the RDP ε), and minutes per run summed over a run's
+    attempts in sweep.jsonl. Red if the wall time takes only a run's last attempt (PAC-ZPL: 2.7 instead of 3.1),
+    if the guarantee is read from the realised spend (0.165), if a DP run's time is shown, or if the rows lose
+    the order zero-shot, non-private, PAC-ZPL, PAC-MI, DP."""
+    root = tmp_path / "runs"
+    _cpu_scale_sweep(root, tmp_path / "imdb.jsonl")
+    md = (write_report(root, tmp_path / "report") / "report.md").read_text()
+    rows = [line for line in md.splitlines() if line.startswith("| ") and " | lora | " in line or
+            line.startswith("| zero-shot |")]
+    assert [r.split(" | ")[0] for r in rows] == ["| zero-shot", "| MeZO (non-private)", "| PAC-ZPL", "| PAC-MI 0.33",
+                                                 "| DPZero (DP-AggZO code) K=1 ε=2"]
+    zs, mezo, zpl, mi, dpz = rows
+    assert "| 65.00 ± 1.00 (n=3) | 0.750 ± 0.000 (n=3) |" in zs
+    assert "| 72.00 ± 2.00 (n=3) | 0.620 ± 0.020 (n=3) | 50.0 ± 0.0 (n=3) | MI = 0 | 0.500 |" in zpl
+    # minutes per run: seed 0 ran twice (60 s + 120 s), seeds 1 and 2 once (186 s, 192 s)
+    assert zpl.endswith(f"| {(180 + 186 + 192) / 3 / 60:.1f} |")
+    assert f"| MI ≤ 0.33 nats | {mia_bound(0.33):.3f} |" in mi and "| 77.00 ± 2.00 (n=3) |" in mi
+    assert "| none (non-private reference) | — |" in mezo
+    assert "| (1.98, 1e-05)-DP | 0.600 |" in dpz and dpz.endswith("| — | — |")
+    assert "### What this table supports" in md  # the table's README says what it does not stand for
+    assert "not shown for the 3 DP runs" in md
+
+
+def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_path, monkeypatch):
+    """``paczero report RUNS --out OUT --markdown MD --keep-runs`` copies the runs' small files into OUT/runs;
+    the report written from OUT/runs is the same Markdown, byte for byte, and names the sweep and report
+    commands that made it. Red if a file the report reads is not kept (the curves of log.jsonl, the wall time of
+    sweep.jsonl, the recipe of seed<k>.yaml), if the weights or checkpoints are copied, or if the kept
+    sweep.jsonl still holds a DP run's times."""
+    root, out = tmp_path / "runs", tmp_path / "docs" / "results"
+    md = tmp_path / "docs" / "results.md"
+    data = tmp_path / "imdb.jsonl"
+    _cpu_scale_sweep(root, data)
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", str(root), "--out", str(out), "--markdown", str(md), "--keep-runs"]) == 0
+    first = md.read_text()
+    assert main(["report", str(out / "runs"), "--out", str(out), "--markdown", str(md), "--keep-runs"]) == 0
+    assert md.read_text() == first
+    assert f"paczero sweep cpu-scale --seeds 0 1 2 --out-root {root} --set data={data}\n" in first
+    assert f"paczero report {root} --out {out} --markdown {md} --keep-runs\n" in first
+    assert "(plots/curves/cpu-scale_smollm2-lora-zpl.png)" not in first  # links are relative to the Markdown
+    assert "(results/plots/curves/cpu-scale_smollm2-lora-zpl.png)" in first
+    kept = {p.relative_to(out / "runs").as_posix() for p in (out / "runs").rglob("*") if p.is_file()}
+    assert "cpu-scale/smollm2-lora-zpl/seed0.yaml" in kept and "sweep.jsonl" in kept
+    assert {p.split("/")[-1] for p in kept} == {"summary.json", "log.jsonl", "seed0.yaml", "seed1.yaml", "seed2.yaml",
+                                               "sweep.jsonl"}
+    for rec in map(json.loads, (out / "runs" / "sweep.jsonl").read_text().splitlines()):
+        assert (rec["time"] is None and rec["seconds"] is None) == ("dpzero" in rec["recipe"])
+
+
+def test_the_privacy_utility_plot_puts_each_cell_at_its_mia_bound(tmp_path, monkeypatch):
+    """plots/privacy_utility.png: each cell's mean test % at its guarantee's MIA bound (PAC from the budget, DP
+    from its (ε, δ), 1 for a non-private reference), the zero-shot mean as a horizontal line. Red if a cell
+    stands at another bound or another mean."""
+    root = tmp_path / "runs"
+    accs = _cpu_scale_sweep(root, tmp_path / "imdb.jsonl")
+    saved = _axes_of_saved_figures(monkeypatch)
+    write_report(root, tmp_path / "report", trajectories="none")
+    ax = next(fig[0] for fig in saved if any(line[0] == [0, 1] and line[1] == [65.0, 65.0] for line in fig[0][1]))
+    points = {(round(xs[0], 6), round(ys[0], 6)) for xs, ys in ax[1] if len(xs) == 1}  # markers and error caps
+    mean = {c: 100 * sum(a) / 3 for c, a in accs.items()}
+    assert {x for x, _ in points} == {0.5, round(mia_bound(0.33), 6), 0.6, 1.0}
+    assert points >= {(0.5, round(mean["cpu-scale/smollm2-lora-zpl"], 6)),
+                      (round(mia_bound(0.33), 6), round(mean["cpu-scale/smollm2-lora-mi0.33"], 6)),
+                      (0.6, round(mean["cpu-scale/smollm2-lora-dpzero-k1-eps2"], 6)),
+                      (1.0, round(mean["cpu-scale/smollm2-lora-mezo"], 6))}

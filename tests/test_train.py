@@ -72,6 +72,7 @@ def test_every_mechanism_runs_end_to_end(tmp_path, mechanism, extra):
         assert all(r["branch"] in ("unanimous", "coin") for r in recs)
     assert (tmp_path / "run" / "summary.json").exists()
     assert (tmp_path / "run" / "selected.safetensors").exists()
+    assert summary["environment"]["torch"] == torch.__version__ and summary["environment"]["device"] == "cpu"
 
 
 @pytest.mark.parametrize("track", ["ft", "lora"])

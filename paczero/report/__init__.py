@@ -25,6 +25,7 @@ ours and overlaid on the plots as a reference series.
 from __future__ import annotations
 
 import csv
+import os
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -32,8 +33,11 @@ from pathlib import Path
 from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row, experiment, find_runs, fmt_ms,
                                   group_cells, load_paper_results, mean_std, read_log, run_row)
 from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
-from paczero.report.plots import plot_curves, plot_dp_cliff, plot_mi_plateau, plot_trajectory, plot_unanimity
-from paczero.report.tables import cell_table, dp_cliff_table, headline_table, plateau_table, privacy_table
+from paczero.report import provenance
+from paczero.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
+                                  plot_unanimity)
+from paczero.report.tables import (cell_table, comparison_table, dp_cliff_table, headline_table, plateau_table,
+                                   privacy_table)
 __all__ = ["write_report", "find_runs", "group_cells", "experiment", "read_log", "mean_std", "fmt_ms",
            "Run", "Cell", "RUN_COLUMNS", "CELL_COLUMNS"]
 
@@ -59,17 +63,25 @@ def _selection_note(runs: list[Run]) -> str:
 
 
 def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_overlay: bool = True,
-                 trajectories: str = "first-seed") -> Path:
+                 trajectories: str = "first-seed", markdown: str | Path | None = None, keep_runs: bool = False,
+                 report_args: str | None = None) -> Path:
     """Write report.md, runs.csv, cells.csv and plots/*.png for every run under ``runs_dir``; return the folder.
 
     ``trajectories``: ``"first-seed"`` (per cell: the first seed's trajectory plot and the curves of all its
-    runs, ``plots/curves/``) or ``"none"``.
+    runs, ``plots/curves/``) or ``"none"``. ``markdown``: where the Markdown goes (default ``OUT/report.md``;
+    its links are relative to it). ``keep_runs``: also copy the runs' small files into ``OUT/runs``
+    (:func:`paczero.report.provenance.keep_runs`), so that ``paczero report OUT/runs`` writes the report again.
+    ``report_args``: the options this report was written with, shown in its command (CLI).
     """
     root = Path(runs_dir).expanduser()
     out_dir = Path(out).expanduser() if out else root / "report"
-    runs = find_runs(root, exclude=out_dir)
+    inside = out_dir.resolve() == root.resolve() or out_dir.resolve() in root.resolve().parents
+    runs = find_runs(root, exclude=None if inside else out_dir)  # report OUT/runs: the kept runs are the runs
     if not runs:
         raise ValueError(f"no runs (summary.json) under {str(runs_dir)!r}")
+    md_path = Path(markdown).expanduser() if markdown else out_dir / "report.md"
+    records = provenance.sweep_records(root, exclude=None if inside else out_dir)
+    shown_root = provenance.sweep_root(records) or str(runs_dir)
     paper_rows = load_paper_results() if paper_overlay else []
     cells = group_cells(runs, paper_rows)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,6 +95,7 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
         "Accuracy vs MI budget": plot_mi_plateau(cells, paper_rows, plots_dir / "mi_plateau.png", paper_overlay),
         "DP cliff": plot_dp_cliff(cells, paper_rows, plots_dir / "dp_cliff.png", paper_overlay),
         "Unanimity rate per cell": plot_unanimity(cells, plots_dir / "unanimity.png", paper_overlay),
+        "Privacy against utility": plot_privacy_utility(cells, plots_dir / "privacy_utility.png"),
     }
     if trajectories == "first-seed":
         for c in cells:
@@ -94,7 +107,7 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     by_table: dict[str, list[Cell]] = defaultdict(list)
     for c in cells:
         by_table[c.table].append(c)
-    md = [f"# paczero report: {root}", "",
+    md = [f"# paczero report: {shown_root}", "",
           f"{len(runs)} runs in {len(cells)} cells. Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test "
           "split, at the dev-selected weights; mean ± sample std (ddof = 1) over seeds, with n."
           + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
@@ -102,8 +115,10 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
              if paper_overlay else "")
           + " Runs of one recipe with other settings are separate cells, named with the keys that differ."
           + _selection_note(runs), ""]
+    walls = provenance.wall_seconds(records)
     layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
-               "dp-cliff": dp_cliff_table}
+               "dp-cliff": dp_cliff_table, "cpu-scale": lambda cs, _paper: comparison_table(cs, walls)}
+    complete = {"cpu-scale"}  # layouts that show every figure of the per-cell table
     for table in sorted(by_table):
         layout = layouts.get(table)
         if layout and any(c.name != c.runs[0].cell for c in by_table[table]):
@@ -112,8 +127,9 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
         else:
             md += [f"## {table}", ""]
         md += [(layout or cell_table)(by_table[table], paper_overlay), ""]
-        if layout:
+        if layout and table not in complete:
             md += [cell_table(by_table[table], paper_overlay), ""]
+        md += provenance.table_scope(table)
         ladders = [c for c in by_table[table] if any(r.rungs for r in c.runs)]
         if ladders:
             md += [f"### {table}: T-ladders", "",
@@ -130,6 +146,11 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     md += ["## Plots", ""]
     for title, p in plots.items():
         if p is not None:
-            md.append(f"- {title}: [{p.relative_to(out_dir)}]({p.relative_to(out_dir)})")
-    (out_dir / "report.md").write_text("\n".join(md) + "\n")
+            link = Path(os.path.relpath(p, md_path.parent)).as_posix()
+            md.append(f"- {title}: [{link}]({link})")
+    md += ["", *provenance.made_by(runs, records, shown_root, report_args)]
+    if keep_runs:
+        provenance.keep_runs(runs, root, out_dir / "runs")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text("\n".join(md) + "\n")
     return out_dir

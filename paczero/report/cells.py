@@ -165,6 +165,8 @@ def method_label(cfg: dict) -> str:
         return f"DP-AggZO K={k} ε={cfg.get('epsilon'):g}"
     elif mech == "dpzero-aggzo1":
         return f"{DP_NAMES[mech]} K=1 ε={cfg.get('epsilon'):g}"
+    elif mech == "mezo":
+        label = "MeZO (non-private)"
     else:
         label = str(mech)
     return label + (f" K={k}" if k and k > 1 else "")
@@ -221,6 +223,8 @@ class Cell:
             return mean_std(r.metric(what) for r in self.runs)
         if what == "unanimity":
             return mean_std(_pct(r.privacy.get("unanimity_rate")) for r in self.runs)
+        if what == "test_loss":
+            return mean_std((r.summary.get("test") or {}).get("loss") for r in self.runs)
         raise KeyError(what)
 
     def text(self, what: str = "test", paper: bool = True) -> str:
@@ -304,6 +308,23 @@ def privacy_rows(run: Run) -> dict[str, Any]:
             b = float(p["mi_total_budget"])
             out.update(mi_bound=b, mia_bound=mia_bound(b), matched_dp_epsilon=dp_epsilon_matching_mi(b) if b else 0.0)
     return out
+
+
+def guarantee(c: Cell) -> tuple[str, float | None]:
+    """A cell's guarantee in words and its MIA bound (prior 0.5), the weakest of its runs': ``MI = 0``,
+    ``MI ≤ b nats`` (PAC), ``(ε, δ)-DP`` by the RDP accountant, or none (a non-private reference)."""
+    rows = [privacy_rows(r) for r in c.runs]
+    mias = [x["mia_bound"] for x in rows if x["mia_bound"] is not None]
+    if c.cfg.get("mechanism") in DP_MECHANISMS:
+        eps = [x["epsilon_rdp"] for x in rows if x["epsilon_rdp"] is not None]
+        delta = next((x["delta"] for x in rows if x["delta"] is not None), None)
+        text = f"({max(eps):.3g}, {delta:g})-DP" if eps and delta is not None else "DP (not recorded)"
+        return text, max(mias) if mias else None
+    bounds = [x["mi_bound"] for x in rows if x["mi_bound"] is not None]
+    if not bounds:
+        return "none (non-private reference)", None
+    b = max(bounds)
+    return ("MI = 0" if b == 0 else f"MI ≤ {b:.3g} nats"), max(mias) if mias else None
 
 
 def _g(v: Any) -> str:

@@ -103,6 +103,49 @@ def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay
     return _save(fig, path)
 
 
+def plot_privacy_utility(cells: list[Cell], path: Path) -> Path | None:
+    """Test accuracy (mean ± std over seeds) against the MIA bound of each cell's guarantee, PAC and DP on one
+    axis: the bound on an informed adversary's membership-inference success at prior 0.5 (0.5: no advantage).
+    A non-private reference has no bound and stands at 1; the zero-shot base model is a horizontal line."""
+    from paczero.report.cells import guarantee, method_label
+    from paczero.report.tables import zero_shot_stats
+
+    points = []
+    for c in cells:
+        mean, std, _ = c.stat("test")
+        if mean is None:
+            continue
+        mia = guarantee(c)[1]
+        family = "DP" if c.cfg["mechanism"] in DP_MECHANISMS else "non-private" if mia is None else "PAC"
+        points.append((1.0 if mia is None else mia, mean, std or 0.0, family, c))
+    if not points:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9.0, 4.8))
+    markers = {"PAC": "o", "DP": "s", "non-private": "D"}
+    points.sort(key=lambda p: p[0])
+    for i, (x, y, err, family, c) in enumerate(points):
+        near = [q for q in points if abs(q[0] - x) < 0.01]  # cells at one bound stand side by side
+        dx = 0.008 * (near.index(points[i]) - (len(near) - 1) / 2)
+        ft = c.cfg["track"] == "ft"
+        label = f"{method_label(c.cfg)}, {c.cfg['track']}"
+        label += "" if family == "non-private" else f"; {guarantee(c)[0]}"
+        ax.errorbar([x + dx], [y], yerr=[err], marker=markers[family], color=f"C{i % 10}", capsize=3, ls="none",
+                    mfc="white" if ft else None, label=label)
+    for cfg, st in zero_shot_stats(cells):
+        if st["test"][0] is not None:
+            ax.axhline(st["test"][0], color="k", ls=":", alpha=0.6,
+                       label=f"zero-shot {model_label(cfg['model'])} (n={st['test'][2]})")
+    ax.set_xlim(0.47, 1.04)
+    ax.set_xlabel("MIA success bound of the guarantee (prior 0.5; 1: no bound)")
+    ax.set_ylabel("test %")
+    ax.set_title("Privacy against utility (circles PAC, squares DP, diamond non-private; hollow: full FT)",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
 def plot_trajectory(run: Run, path: Path) -> Path | None:
     """Cumulative MI charged (realised), zero-cost-step fraction and running unanimity fraction vs step (log.jsonl)."""
     log = read_log(run.run_dir)

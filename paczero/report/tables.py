@@ -8,8 +8,8 @@ from collections import defaultdict
 from typing import Any
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, mean_std, method_label, model_label,
-                                  privacy_rows)
+from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, guarantee, mean_std, method_label,
+                                  model_label, privacy_rows)
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -95,11 +95,11 @@ ZERO_SHOT_KEYS = ("task", "data", "columns", "labels", "template", "verbalizer",
                   "n_test", "max_length", "max_new_tokens", "answer_stop")
 
 
-def zero_shot_rows(cells: list[Cell]) -> list[list[str]]:
-    """One row per base model and data setting of ``cells``: the runs' zero-shot evaluation (summary.json
-    ``zero_shot``, the base model before any step), one figure per data seed (the runs of one data seed score
-    the same model on the same examples), mean ± std over the data seeds. No row where no run has one."""
-    groups: dict[str, dict[Any, list[tuple[float | None, float | None]]]] = defaultdict(lambda: defaultdict(list))
+def zero_shot_stats(cells: list[Cell]) -> list[tuple[dict, dict[str, tuple]]]:
+    """Per base model and data setting of ``cells``: the runs' zero-shot evaluation (summary.json ``zero_shot``,
+    the base model before any step), one figure per data seed (the runs of one data seed score the same model
+    on the same examples), as (settings, {"test", "dev", "test_loss": mean, std, n over the data seeds})."""
+    groups: dict[str, dict[Any, list[tuple]]] = defaultdict(lambda: defaultdict(list))
     for c in cells:
         for r in c.runs:
             zs = r.summary.get("zero_shot") or {}
@@ -108,16 +108,52 @@ def zero_shot_rows(cells: list[Cell]) -> list[list[str]]:
                    for s in ("test", "dev")]
             if pct[0] is not None:
                 key = json.dumps({k: r.cfg.get(k) for k in ZERO_SHOT_KEYS}, sort_keys=True, default=str)
-                groups[key][r.cfg.get("data_seed")].append((pct[0], pct[1]))
-    rows = []
+                groups[key][r.cfg.get("data_seed")].append((pct[0], pct[1], (zs.get("test") or {}).get("loss")))
+    out = []
     for key, by_seed in groups.items():
-        cfg = json.loads(key)
-        test = [statistics.fmean(t for t, _ in v) for v in by_seed.values()]
-        dev = [statistics.fmean(d for _, d in v) for v in by_seed.values() if all(d is not None for _, d in v)]
-        name = "zero-shot" + (f" ({model_label(cfg['model'])})" if len(groups) > 1 else "")
-        rows.append([name, "base model, no training", _task_data(cfg), model_label(cfg["model"]), "—", 0,
-                     fmt_ms(*mean_std(test)), fmt_ms(*mean_std(dev)), "—"])
-    return rows
+        def per_seed(i: int) -> list[float]:
+            return [statistics.fmean(v[i] for v in vs) for vs in by_seed.values()
+                    if all(v[i] is not None for v in vs)]
+        out.append((json.loads(key), {"test": mean_std(per_seed(0)), "dev": mean_std(per_seed(1)),
+                                      "test_loss": mean_std(per_seed(2))}))
+    return out
+
+
+def zero_shot_rows(cells: list[Cell]) -> list[list[str]]:
+    """The per-cell table's zero-shot rows (:func:`zero_shot_stats`); none where no run has a zero-shot figure."""
+    stats = zero_shot_stats(cells)
+    return [["zero-shot" + (f" ({model_label(cfg['model'])})" if len(stats) > 1 else ""), "base model, no training",
+             _task_data(cfg), model_label(cfg["model"]), "—", 0, fmt_ms(*st["test"]), fmt_ms(*st["dev"]), "—"]
+            for cfg, st in stats]
+
+
+def _comparison_order(c: Cell) -> tuple:
+    mech = c.cfg["mechanism"]
+    kind = 3 if mech in DP_MECHANISMS else 1 if mech == "pac-zpl" else 2 if mech in ("pac-mi", "hybrid") else 0
+    return ({"lora": 0, "ft": 1}.get(c.cfg["track"], 2), c.cfg["track"], kind, mech, c.cfg.get("mi_budget") or 0.0,
+            c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1), c.name)
+
+
+def comparison_table(cells: list[Cell], walls: dict[tuple[str, int], float] | None = None) -> str:
+    """Every method of a table side by side, with what a reader weighs against each other: test accuracy and
+    loss, unanimity, the guarantee and its MIA bound, seconds per step and minutes of wall time per run
+    (``walls``: the sweep's seconds per (recipe, seed); none for DP runs, whose time depends on their private
+    Poisson batches). The zero-shot rows come first."""
+    walls = walls or {}
+    rows = [["zero-shot", "—", 0, fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "—",
+             "none needed (reads no training data)", "0.5", "—", "—"] for _, st in zero_shot_stats(cells)]
+    for c in sorted(cells, key=_comparison_order):
+        text, mia = guarantee(c)
+        wall = [walls[(r.cell, r.seed)] / 60.0 for r in c.runs if (r.cell, r.seed) in walls
+                and c.cfg["mechanism"] not in DP_MECHANISMS]  # a DP run's time depends on its private batches
+        rows.append([method_label(c.cfg), c.cfg["track"], c.cfg["steps"], fmt_ms(*c.stat("test")),
+                     fmt_ms(*c.stat("test_loss"), digits=3), fmt_ms(*c.stat("unanimity"), digits=1), text,
+                     "—" if mia is None else f"{mia:.3f}",
+                     _g(statistics.fmean(xs)) if (xs := [r.summary["seconds_per_step"] for r in c.runs
+                                                          if r.summary.get("seconds_per_step")]) else "—",
+                     f"{statistics.fmean(wall):.1f}" if wall else "—"])
+    return markdown_table(["Method", "Track", "T", "Test acc %", "Test loss", "Unanimity %", "Guarantee",
+                           "MIA bound", "s/step", "min/run"], rows)
 
 
 def privacy_table(runs: list[Run]) -> str:

@@ -1,0 +1,173 @@
+"""Where a report's runs come from: the sweep that ran them (``sweep.jsonl``), the commands that run them
+again, the machines (summary.json ``environment``), the wall time, and the small files that let the report
+be written again without the weights (``paczero report --keep-runs``)."""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+from paczero.config import DP_MECHANISMS
+from paczero.curves import read_records
+from paczero.report.cells import EXECUTION_KEYS, Run
+
+#: a run's files that the report reads (the weights, checkpoints and journal stay behind)
+SMALL_FILES = ("summary.json", "log.jsonl", "evals.jsonl", "rungs.jsonl")
+
+
+def sweep_records(root: Path, exclude: Path | None = None) -> list[dict]:
+    """Every record of every ``sweep.jsonl`` under ``root`` (a sweep's out-root holds one), but those under
+    ``exclude`` (a report's folder inside ``root``, whose kept runs hold copies)."""
+    return [r for path in sorted(root.rglob("sweep.jsonl"))
+            if exclude is None or exclude.resolve() not in path.resolve().parents for r in read_records(path)]
+
+
+def wall_seconds(records: list[dict]) -> dict[tuple[str, int], float]:
+    """Per (recipe, seed): the seconds of the run's processes the sweep timed (each finished or failed attempt;
+    an attempt killed with the sweep itself has no record)."""
+    out: dict[tuple[str, int], float] = defaultdict(float)
+    for r in records:
+        if r.get("seconds") is not None and r.get("recipe") is not None:
+            out[(r["recipe"], r.get("seed"))] += float(r["seconds"])
+    return dict(out)
+
+
+def sweep_root(records: list[dict]) -> str | None:
+    """The ``--out-root`` the sweep ran with, as its records name it (``OUT_ROOT/<recipe>/seed<k>``)."""
+    for r in records:
+        run_dir, tail = str(r.get("run_dir", "")), f"/{r.get('recipe')}/seed{r.get('seed')}"
+        if run_dir.endswith(tail):
+            return run_dir[: -len(tail)] or "."
+    return None
+
+
+def sweep_span(records: list[dict]) -> tuple[str, str] | None:
+    """The first and the last time the sweep recorded (ISO, local time of the machine)."""
+    times = sorted(str(r["time"]) for r in records if r.get("time"))
+    return (times[0], times[-1]) if times else None
+
+
+def machines(runs: list[Run]) -> list[str]:
+    """The environments the runs recorded (summary.json ``environment``), each with its number of runs."""
+    counts: Counter[str] = Counter()
+    for r in runs:
+        env = r.summary.get("environment")
+        if not env:
+            counts["not recorded"] += 1
+            continue
+        counts[f"{env.get('hardware')} ({env.get('device')}); torch {env.get('torch')}, paczero "
+               f"{env.get('paczero')}, Python {env.get('python')}, {env.get('os')}"] += 1
+    return [f"{text}: {n} run{'s' if n > 1 else ''}" for text, n in counts.most_common()]
+
+
+def _set_value(v: Any) -> str:
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+def sweep_commands(runs: list[Run], root: str) -> list[str]:
+    """One ``paczero sweep`` command per table of shipped recipes among ``runs``: its seeds, the out-root and
+    the ``--set`` values the runs hold other than their recipe's (or, for keys it does not set, the defaults),
+    such as ``data``."""
+    from paczero.config import TrainConfig, load_yaml
+    from paczero.recipes import recipes_root
+
+    defaults = TrainConfig().to_dict()
+    by_table: dict[str, dict[str, Any]] = defaultdict(lambda: {"seeds": set(), "sets": {}})
+    for r in runs:
+        path = recipes_root() / f"{r.cell}.yaml"
+        if "/" not in r.cell or not path.is_file():
+            continue
+        recipe = load_yaml(path)
+        entry = by_table[r.table]
+        entry["seeds"].add(r.seed)
+        for k, v in r.cfg.items():
+            given = recipe[k] if k in recipe else defaults.get(k)
+            if k not in EXECUTION_KEYS and json.dumps(v, default=str) != json.dumps(given, default=str):
+                entry["sets"][k] = v
+    lines = []
+    for table, entry in sorted(by_table.items()):
+        cmd = ["paczero", "sweep", table, "--seeds", *map(str, sorted(s for s in entry["seeds"] if s is not None)),
+               "--out-root", root]
+        if entry["sets"]:
+            cmd += ["--set", *(f"{k}={_set_value(v)}" for k, v in sorted(entry["sets"].items()))]
+        lines.append(shlex.join(cmd))
+    return lines
+
+
+def keep_runs(runs: list[Run], root: Path, dest: Path) -> int:
+    """Copy each run's small files (:data:`SMALL_FILES`), the sweep's config beside it (``seed<k>.yaml``) and
+    every ``sweep.jsonl`` under ``root`` (without the DP runs' times, which depend on their private batches)
+    into ``dest``, at the same relative paths; return the files copied. ``paczero report DEST`` then writes the
+    same report without the weights."""
+    copied = 0
+
+    def copy(src: Path) -> None:
+        nonlocal copied
+        target = dest / src.relative_to(root)
+        if src.is_file() and src.resolve() != target.resolve():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, target)
+            copied += 1
+
+    for r in runs:
+        for name in SMALL_FILES:
+            copy(r.run_dir / name)
+        copy(r.run_dir.with_name(r.run_dir.name + ".yaml"))
+    private_time = {(r.cell, r.seed) for r in runs if r.cfg.get("mechanism") in DP_MECHANISMS}
+    for path in sorted(root.rglob("sweep.jsonl")):
+        target = dest / path.relative_to(root)
+        if dest.resolve() in path.resolve().parents or path.resolve() == target.resolve():
+            continue
+        records = [{**rec, "time": None, "seconds": None} if (rec.get("recipe"), rec.get("seed")) in private_time
+                   else rec for rec in read_records(path)]
+        target.parent.mkdir(parents=True, exist_ok=True)  # a DP run's time depends on its private batches
+        target.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+        copied += 1
+    return copied
+
+
+def table_scope(table: str) -> list[str]:
+    """The section ``## What this table supports`` of a shipped table's README (``paczero/recipes/TABLE/``),
+    as Markdown lines under the report's table; [] where there is none."""
+    from paczero.recipes import recipes_root
+
+    path = recipes_root() / table / "README.md"
+    if not path.is_file():
+        return []
+    lines, out = path.read_text().splitlines(), []
+    for line in lines:
+        if out and line.startswith("## "):
+            break
+        if out or line.strip() == "## What this table supports":
+            out.append(line)
+    return ["#" + out[0], *out[1:], ""] if out else []
+
+
+def made_by(runs: list[Run], records: list[dict], root: str, report_args: str | None) -> list[str]:
+    """The report's last section: the commands that run its runs again, the machines, when and how long."""
+    lines = ["## How these runs were made", ""]
+    commands = sweep_commands(runs, root)
+    if commands:
+        lines += ["```bash", *commands]
+        if report_args is not None:
+            lines.append(shlex.join(["paczero", "report", root, *shlex.split(report_args)]))
+        lines += ["```", ""]
+    lines += ["Machines (summary.json `environment`):", "", *(f"- {m}" for m in machines(runs)), ""]
+    dp_runs = {(r.cell, r.seed) for r in runs if r.cfg.get("mechanism") in DP_MECHANISMS}
+    walls = wall_seconds(records)
+    span = sweep_span([rec for rec in records if (rec.get("recipe"), rec.get("seed")) not in dp_runs])
+    timed = [r for r in runs if (r.cell, r.seed) in walls and r.cfg.get("mechanism") not in DP_MECHANISMS]
+    if timed:
+        dp = len(dp_runs)
+        lines.append(f"Wall time: {sum(walls[(r.cell, r.seed)] for r in timed) / 3600.0:.2f} h for {len(timed)} of "
+                     f"{len(runs)} runs, one after another (the sweep's record of each run's process: setup, zero-shot "
+                     "and dev evaluations, training, test)"
+                     + (f"; not shown for the {dp} DP runs, whose time depends on their private Poisson batches"
+                        if dp else "")
+                     + (f". The sweep's records of those runs span {span[0]} to {span[1]}." if span else "."))
+    else:
+        lines.append("Wall time: not recorded (no sweep.jsonl under the runs folder).")
+    return lines + [""]
