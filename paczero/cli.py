@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import sys
 import typing
 from pathlib import Path
@@ -481,7 +482,16 @@ def bad_input(e: Exception) -> int:
     return 2
 
 
+# How long an idle OpenMP worker spins before it sleeps. libgomp's default keeps
+# torch's workers spinning well past the end of a forward, so the draw of z that
+# follows shares the cores with them; 10,000 spins lets them sleep first. It
+# only takes effect if set before torch loads, which the command line does not
+# do until a handler runs. A value the user exported is kept.
+_GOMP_SPINCOUNT = "10000"
+
+
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("GOMP_SPINCOUNT", _GOMP_SPINCOUNT)
     parser = _build_parser()
     _log_to_stderr()
     try:
@@ -496,8 +506,6 @@ def main(argv: list[str] | None = None) -> int:
         print("paczero: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
