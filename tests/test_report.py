@@ -415,7 +415,7 @@ def test_the_cpu_scale_table_sets_every_method_beside_its_guarantee_and_cost(tmp
     the order zero-shot, non-private, PAC-ZPL, PAC-MI, DP."""
     root = tmp_path / "runs"
     _cpu_scale_sweep(root, tmp_path / "imdb.jsonl")
-    md = (write_report(root, tmp_path / "report") / "report.md").read_text()
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
     rows = [line for line in md.splitlines() if line.startswith("| ") and " | lora | " in line or
             line.startswith("| zero-shot |")]
     assert [r.split(" | ")[0] for r in rows] == ["| zero-shot", "| MeZO (non-private)", "| PAC-ZPL", "| PAC-MI 0.33",
@@ -432,6 +432,7 @@ def test_the_cpu_scale_table_sets_every_method_beside_its_guarantee_and_cost(tmp
     assert "not shown for the 3 DP runs" in md
 
 
+@pytest.mark.slow  # two whole reports with their plots: about 4 s
 def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_path, monkeypatch):
     """``paczero report RUNS --out OUT --markdown MD --keep-runs`` copies the runs' small files into OUT/runs;
     the report written from OUT/runs is the same Markdown, byte for byte, and names the sweep and report
