@@ -160,6 +160,13 @@ def test_cli_report_default_folder_and_errors(runs, tmp_path, capsys):
     assert "[paper" not in md and "10 runs in 7 cells" in md
     assert main(["report", str(tmp_path / "empty")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    notes = tmp_path / "notes.md"  # a Markdown file the user wrote is not overwritten; a report is
+    notes.write_text("# my notes\n")
+    assert main(["report", str(runs), "--out", str(tmp_path / "rep"), "--markdown", str(notes)]) == 2
+    assert "is not a paczero report" in capsys.readouterr().err and notes.read_text() == "# my notes\n"
+    mine = tmp_path / "mine.md"
+    assert main(["report", str(runs), "--out", str(tmp_path / "rep"), "--markdown", str(mine)]) == 0
+    assert main(["report", str(runs), "--out", str(tmp_path / "rep"), "--markdown", str(mine)]) == 0
 
 
 def test_runs_of_one_recipe_with_other_settings_are_not_pooled(tmp_path):

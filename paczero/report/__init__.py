@@ -42,6 +42,9 @@ __all__ = ["write_report", "find_runs", "group_cells", "experiment", "read_log",
            "Run", "Cell", "RUN_COLUMNS", "CELL_COLUMNS"]
 
 
+TITLE = "# paczero report: "  # the first line of every report; a Markdown file without it is not overwritten
+
+
 def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, columns, lineterminator="\n")
@@ -80,6 +83,9 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     if not runs:
         raise ValueError(f"no runs (summary.json) under {str(runs_dir)!r}")
     md_path = Path(markdown).expanduser() if markdown else out_dir / "report.md"
+    if md_path.is_dir() or (md_path.is_file() and not md_path.read_text(errors="replace").startswith(TITLE)):
+        raise ValueError(f"{str(md_path)!r} exists and is not a paczero report: the report overwrites only its own "
+                         "files; give another --markdown path")
     records = provenance.sweep_records(root, exclude=None if inside else out_dir)
     shown_root = provenance.sweep_root(records) or str(runs_dir)
     paper_rows = load_paper_results() if paper_overlay else []
@@ -107,7 +113,7 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     by_table: dict[str, list[Cell]] = defaultdict(list)
     for c in cells:
         by_table[c.table].append(c)
-    md = [f"# paczero report: {shown_root}", "",
+    md = [f"{TITLE}{shown_root}", "",
           f"{len(runs)} runs in {len(cells)} cells. Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test "
           "split, at the dev-selected weights; mean ± sample std (ddof = 1) over seeds, with n."
           + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "

@@ -91,8 +91,9 @@ def find_runs(runs_dir: str | Path, *, exclude: Path | None = None) -> list[Run]
             summary = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if "config" not in summary:
-            continue
+        if not isinstance(summary, dict) or not isinstance(summary.get("config"), dict) \
+                or "mechanism" not in summary["config"]:
+            continue  # not a run's summary
         cell = _recorded_recipe(run_dir)
         loose = False  # a run outside a sweep: its own folder names it
         if cell is None:
