@@ -517,7 +517,7 @@ paczero sweep {CPU_TABLE} --seeds {' '.join(map(str, CPU_SEEDS))} --set data=PAT
 paczero report runs/{CPU_TABLE}
 ```
 
-`docs/results.md` in paczero's repository is this table's report, written with
+To publish the report with the small files it reads (no weights):
 `paczero report runs/{CPU_TABLE} --out docs/results --markdown docs/results.md --keep-runs`.
 
 Shared by every cell: SmolLM2-135M-Instruct, bf16, mu 1e-2, the paper's prompt `{{sentence}} It was` and
