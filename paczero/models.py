@@ -66,6 +66,40 @@ def check_model_source(name: str) -> None:
     looks_local = name.startswith((".", "/", "~")) or os.sep in name and not _looks_like_hub_id(name)
     if looks_local and not Path(name).expanduser().exists():
         raise ValueError(f"model path {name!r} does not exist")
+    if not Path(name).expanduser().exists():
+        check_hub_reachable(name)
+
+
+#: seconds to wait for the hub's host to answer
+HUB_PROBE_TIMEOUT = 5.0
+
+
+def check_hub_reachable(repo_id: str) -> None:
+    """Fail in one line, at once, when ``repo_id`` must come from the Hugging Face hub and the hub cannot be
+    reached: huggingface_hub would otherwise retry each request for about 25 s before failing. Nothing is
+    checked in offline mode (HF_HUB_OFFLINE), behind a proxy (the proxy may reach what this host cannot),
+    or when the model's config is already in the hub cache."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                                    "all_proxy")):
+        return
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return
+    except ValueError:  # not a valid repo id: from_pretrained says why
+        return
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT).close()
+    except OSError as e:
+        raise ValueError(f"cannot reach the Hugging Face hub ({host}: {e.strerror or e.__class__.__name__}) to "
+                         f"download {repo_id!r}, and it is not in the hub cache: connect, or give a local model "
+                         "folder") from None
 
 
 def _first_line(e: BaseException) -> str:

@@ -202,6 +202,42 @@ def test_an_unreachable_hub_dataset_is_one_line_with_a_hint(tmp_path, capsys, mo
     assert not (tmp_path / "never").exists()
 
 
+def test_an_unreachable_hub_model_is_one_line_at_once(tmp_path, capsys, monkeypatch):
+    """A hub model name with no route to the hub gave about 50 s of huggingface_hub's retry warnings before the
+    error; now one line at once, before any folder is made. The probe is skipped for a cached model, in offline
+    mode and behind a proxy. Red if the probe is removed (the error then names the tokenizer, after the retries)
+    or runs where it must not (a cached model, a proxy)."""
+    import socket
+
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    calls = []
+
+    def unreachable(address, *a, **k):
+        calls.append(address)
+        raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["train", "--model", "someorg/some-model", "--out-dir", str(tmp_path / "never")]) == 2
+    err = _one_error_line(capsys)
+    assert "cannot reach the Hugging Face hub" in err and "Network is unreachable" in err
+    assert "'someorg/some-model'" in err
+    assert not (tmp_path / "never").exists() and len(calls) == 1
+
+    from paczero.models import check_hub_reachable
+
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    check_hub_reachable("someorg/some-model")
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: f"/cache/{repo}/{name}")
+    check_hub_reachable("someorg/some-model")
+    assert len(calls) == 1
+
+
 def test_overwrite_and_resume_together_are_refused(tmp_path, capsys):
     assert main(["train", "--overwrite", "--resume", "--out-dir", str(tmp_path / "never")]) == 2
     assert "--overwrite" in _one_error_line(capsys)
