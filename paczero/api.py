@@ -90,6 +90,7 @@ class PACZeroTrainer:
     def train(self, *, resume: bool | None = None, log=print) -> TrainResult:
         """Train (``resume=True``: continue the run in ``out_dir`` from its newest checkpoint, given the
         same objects or the model an earlier call returned); return the trained model and the summary."""
+        from paczero.release import check_push_possible, push_finished_run
         from paczero.train import train
 
         cfg = self.config if resume is None else self.config.replace(resume=resume)
@@ -100,7 +101,10 @@ class PACZeroTrainer:
         given = Given(model=self.model, tokenizer=self.tokenizer, examples=examples)
         if given.names():
             _single_process()
+        check_push_possible(cfg)
         summary = train(cfg, log=log, given=given)
+        if cfg.push_to_hub is not None and "stopped_at" not in summary:
+            push_finished_run(cfg, log=log)
         if self.model is not None:  # a later call (resume) goes on with the model this one trained
             self.model = given.prepared
         return TrainResult(model=given.prepared, summary=summary, run_dir=Path(cfg.out_dir).expanduser(),

@@ -308,10 +308,20 @@ def _cmd_train(ns) -> int:
     if ns.print_config:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0
+    from paczero.release import PushError, check_push_possible, push_finished_run
     from paczero.train import train
 
+    check_push_possible(cfg)
     summary = train(cfg)
-    return 0 if "stopped_at" not in summary else 130
+    if "stopped_at" in summary:
+        return 130
+    if cfg.push_to_hub is not None and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 pushes
+        try:
+            push_finished_run(cfg)
+        except PushError as e:  # the hub refused or could not be reached: not bad input
+            print(f"paczero: error: {e}", file=sys.stderr)
+            return 1
+    return 0
 
 
 def _cmd_eval(ns) -> int:

@@ -102,6 +102,8 @@ class TrainConfig:
     resume: bool = False                     # continue the run in out_dir from its newest checkpoint
     checkpoint_every: int = 50               # steps between checkpoints
     progress: bool = True                    # a progress bar on stderr
+    push_to_hub: str | None = None           # after the run, upload the released model to this hub repository id (created if need be)
+    hub_private: bool = False                # push_to_hub: create the repository private
     report_to: str = "none"                  # live monitoring of the public per-step values: "none" | "tensorboard" | "wandb" (their own libraries: pip install 'paczero[tensorboard]' or 'paczero[wandb]')
     max_new_tokens: int = 50                 # squad: the longest generated answer
     max_length: int = 2048                   # tokens per example (squad: prompt plus generated answer); longer prompts lose tokens from the left, with a warning
@@ -193,6 +195,14 @@ class TrainConfig:
             need(self.device_map is None, "compile does not apply to a sharded model (--device-map)")
         integer("checkpoint_every", self.checkpoint_every, 1)
         need(self.report_to in REPORT_TO, f"report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
+        if self.push_to_hub is not None:
+            from huggingface_hub.errors import HFValidationError
+            from huggingface_hub.utils import validate_repo_id
+
+            try:
+                validate_repo_id(self.push_to_hub)
+            except HFValidationError as e:
+                raise ConfigError(f"push_to_hub {self.push_to_hub!r}: {str(e).splitlines()[0]}") from None
         need(not (self.overwrite and self.resume), "give --overwrite (replace the run in out_dir) or --resume "
                                                    "(continue it), not both")
         if self.lora_targets is not None:

@@ -40,7 +40,7 @@ NAME = "journal.jsonl"
 #: run, and what is shown. Every other key changes what the steps compute, release or select, and a resume
 #: that changes it is refused (:func:`check_resumed_config`).
 RESUME_FREE = frozenset({"device", "device_map", "compile", "progress", "report_to", "checkpoint_every",
-                         "eval_zero_shot", "out_dir", "overwrite", "resume"})
+                         "eval_zero_shot", "out_dir", "overwrite", "resume", "push_to_hub", "hub_private"})
 
 __all__ = ["NAME", "RESUME_FREE", "Journal", "ResumePoint", "check_resumed_config", "read_jsonl", "recorded_data",
            "resume_point"]

@@ -378,3 +378,27 @@ def push(target: str | Path, repo_id: str, *, private: bool = False, commit_mess
 
 class PushError(RuntimeError):
     """The hub could not be reached or refused the upload (not bad input: exit code 1)."""
+
+
+def check_push_possible(cfg) -> None:
+    """Before a run with ``push_to_hub``: one line now, rather than at the end of the run, when no Hugging
+    Face token is at hand (``hf auth login`` or ``HF_TOKEN``)."""
+    if cfg.push_to_hub is None:
+        return
+    from huggingface_hub import get_token
+
+    if not get_token():
+        raise ConfigError(f"push_to_hub {cfg.push_to_hub!r} needs a Hugging Face token: run `hf auth login` or set "
+                          "HF_TOKEN (or train without --push-to-hub and run paczero push later)")
+
+
+def push_finished_run(cfg, *, api=None, log=print) -> str:
+    """Upload a finished run's released model to ``cfg.push_to_hub`` (:func:`push`); a failure names the
+    command that retries it (the run itself is complete)."""
+    try:
+        url = push(cfg.out_dir, cfg.push_to_hub, private=cfg.hub_private, api=api)
+    except PushError as e:
+        raise PushError(f"{e}; the run is complete: retry with paczero push {cfg.out_dir} --repo-id "
+                        f"{cfg.push_to_hub}") from e
+    log(f"pushed to {url}")
+    return url

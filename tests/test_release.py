@@ -208,6 +208,44 @@ def test_push_uploads_the_released_folder_through_huggingface_hub(small, monkeyp
     assert capsys.readouterr().err.strip() == "paczero: error: push to 'me/x' failed: no token: run hf auth login"
 
 
+@pytest.mark.slow  # three tiny runs through the command line
+def test_train_push_to_hub_uploads_the_released_model_when_the_run_is_complete(tmp_path, monkeypatch, capsys):
+    """`paczero train --push-to-hub ID` uploads the run's released folder after the run, as `paczero push`
+    does. A bad repo id, or no token at hand, is one line (exit 2) before any folder is made; a failing hub
+    after the run is one line (exit 1) naming the retry, and the run stays complete. Red if the push runs
+    before the run has released its model, or if a missing token is found only after the run."""
+    import huggingface_hub
+
+    from paczero.cli import main
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", _Hub)
+    _Hub.calls, _Hub.fail = [], None
+    flags = ["--model", "tiny-opt", "--task", "demo", "--n-train", "8", "--n-dev", "4", "--n-test", "4",
+             "--steps", "2", "--eval-every", "2", "--num-subsets", "4", "--no-progress", "--labels", ",".join(LABELS)]
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    for repo, says in (("me/bad name!", "push_to_hub 'me/bad name!'"), ("me/tiny", "needs a Hugging Face token")):
+        capsys.readouterr()
+        assert main(["train", *flags, "--out-dir", str(tmp_path / "never"), "--push-to-hub", repo]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0]
+    assert not (tmp_path / "never").exists() and _Hub.calls == []
+
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_token")
+    out = tmp_path / "run"
+    assert main(["train", *flags, "--out-dir", str(out), "--push-to-hub", "me/tiny", "--hub-private"]) == 0
+    assert "pushed to https://hub.example/me/tiny/commit/1" in capsys.readouterr().out
+    (_, repo, kw), (_, _, up) = _Hub.calls
+    assert repo == "me/tiny" and kw["private"] is True and Path(up["folder"]) == out / "model"
+    assert {"README.md", TASK_FILE} <= set(up["files"])
+
+    _Hub.calls, _Hub.fail = [], "503 Service Unavailable"
+    assert main(["train", *flags, "--out-dir", str(tmp_path / "run2"), "--push-to-hub", "me/tiny"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"retry with paczero push {tmp_path / 'run2'} --repo-id me/tiny" in err[0]
+    assert (tmp_path / "run2" / "summary.json").exists()
+
+
 def test_eval_of_a_released_adapter_without_its_base_asks_for_one(small, tmp_path, capsys):
     from paczero.cli import main
 

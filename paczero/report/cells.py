@@ -189,7 +189,7 @@ def model_label(model: str) -> str:
 
 EXECUTION_KEYS = frozenset({"seed", "data_seed", "private_seed", "out_dir", "overwrite", "resume", "progress",
                             "report_to", "device", "device_map", "token_budget", "lockstep_batches", "compile",
-                            "checkpoint_every", "eval_zero_shot"})
+                            "checkpoint_every", "eval_zero_shot", "push_to_hub", "hub_private"})
 
 
 def experiment(cfg: dict) -> dict:
