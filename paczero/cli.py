@@ -9,17 +9,17 @@ before anything expensive happens.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
 import sys
 import typing
 from pathlib import Path
-from typing import Any
 
-from paczero.config import LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
-from paczero.recipes import check_data_given, list_recipes, resolve_recipe
+from paczero.config import ConfigError
+from paczero.flags import (TEMPLATE_HELP, Flatten, add_config_flags, config_from_args, items_of, parse_mapping,
+                           parse_template, parse_verbalizer)
+from paczero.recipes import list_recipes, resolve_recipe
 
 
 class UsageError(Exception):
@@ -29,168 +29,6 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:  # one line, exit 2
         raise UsageError(message)
-
-
-def _parse_mapping(text: str) -> dict:
-    """``k=v,k=v`` or a JSON object."""
-    text = text.strip()
-    if text.startswith("{"):
-        try:
-            value = json.loads(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(f"not a JSON object: {e}") from None
-        if not isinstance(value, dict):
-            raise argparse.ArgumentTypeError("expected a JSON object")
-        return value
-    out = {}
-    for part in text.split(","):
-        if "=" not in part:
-            raise argparse.ArgumentTypeError(f"expected key=value pairs, got {part!r}")
-        k, v = part.split("=", 1)
-        out[k.strip()] = v
-    return out
-
-
-def _verbalizer(text: str) -> dict[int, str]:
-    raw = _parse_mapping(text)
-    try:
-        return {int(k): v for k, v in raw.items()}
-    except ValueError:
-        raise argparse.ArgumentTypeError("verbalizer keys must be integer labels, e.g. '0= terrible,1= great'") from None
-
-
-def _none_or(kind):
-    def parse(text: str):
-        if text.lower() in ("none", "null", "off"):
-            return None
-        try:
-            return kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
-    return parse
-
-
-def _items(kind):
-    """One value of a list flag: ``a,b`` or ``a`` (``--lora-targets q_proj,v_proj`` and ``--lora-targets
-    q_proj v_proj`` give the same list; :class:`_Flatten` joins the pieces)."""
-    def parse(text: str) -> list:
-        parts = [part.strip() for part in text.split(",")]
-        if not all(parts):
-            raise argparse.ArgumentTypeError(f"empty item in {text!r}")
-        try:
-            return [kind(part) for part in parts]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value in {text!r}") from None
-    return parse
-
-
-class _Flatten(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, [item for value in values for item in value])
-
-
-_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-
-
-def _template(text: str) -> str:
-    """A prompt template as typed in a shell: ``\\n``, ``\\t`` and ``\\\\`` stand for a newline, a tab and a
-    backslash (a YAML config writes them as YAML strings do)."""
-    import re
-
-    if text.lower() in ("none", "null", "off"):  # the task's own template
-        return None
-    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
-
-
-#: choices named in the flags' help (checked by TrainConfig.validate, which names them again on bad input)
-_CHOICES = {"mechanism": MECHANISMS, "lr_schedule": LR_SCHEDULES}
-_TEMPLATE_HELP = "; in the flag, \\n and \\t stand for a newline and a tab"
-
-
-def _field_help() -> dict[str, str]:
-    """Each TrainConfig field's comment in its source (the one home of what a key means), for --help."""
-    import inspect
-    import re
-
-    try:
-        source = inspect.getsource(TrainConfig)
-    except (OSError, TypeError):  # no source shipped: flags without help text
-        return {}
-    found = re.findall(r"^    (\w+): [^=\n]+=[^#\n]*#\s*(.+)$", source, flags=re.M)
-    return {name: text.strip() for name, text in found}
-
-
-def _field_topics() -> dict[str, str]:
-    """Each TrainConfig field's topic: the ``# model``, ``# task and data``, ... comment above it."""
-    import inspect
-    import re
-
-    try:
-        source = inspect.getsource(TrainConfig)
-    except (OSError, TypeError):
-        return {}
-    topics, topic = {}, "settings"
-    for line in source.splitlines():
-        heading = re.match(r"^    # ([a-z][\w ]*)$", line)
-        field = re.match(r"^    (\w+): ", line)
-        if heading:
-            topic = heading.group(1)
-        elif field:
-            topics[field.group(1)] = topic
-    return topics
-
-
-def _add_config_flags(p: argparse.ArgumentParser) -> None:
-    hints = typing.get_type_hints(TrainConfig)
-    helps, topics = _field_help(), _field_topics()
-    groups: dict[str, Any] = {}
-    for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        hint = hints[f.name]
-        args = typing.get_args(hint)
-        base = next((a for a in args if a is not type(None)), hint) if args else hint
-        optional = type(None) in args
-        default = f.default if f.default is not dataclasses.MISSING else None
-        text = helps.get(f.name, "")
-        if f.name in _CHOICES:
-            text = (text + "; " if text else "") + "one of " + ", ".join(_CHOICES[f.name])
-        if f.name == "template":
-            text += _TEMPLATE_HELP
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
-                              "help": (text + " " if text else "") + f"(default: {default})".replace("%", "%%")}
-        if base is bool:
-            kw["action"] = argparse.BooleanOptionalAction
-        elif f.name == "verbalizer":
-            kw["type"] = _verbalizer
-        elif typing.get_origin(base) is dict:
-            kw["type"] = _parse_mapping
-        elif typing.get_origin(base) is list:  # --rungs 500 1000 1500, or 500,1000,1500
-            kw.update(nargs="+", type=_items(typing.get_args(base)[0]), action=_Flatten)
-        elif f.name == "template":
-            kw["type"] = _template
-        elif base in (int, float, str):
-            kw["type"] = _none_or(base) if optional else base
-        topic = topics.get(f.name, "settings")
-        if topic not in groups:
-            groups[topic] = p.add_argument_group(topic)
-        groups[topic].add_argument(flag, **kw)
-
-
-def config_from_args(ns: argparse.Namespace) -> TrainConfig:
-    values: dict[str, Any] = {}
-    recipe = getattr(ns, "recipe", None)
-    config = getattr(ns, "config", None)
-    if recipe and config:
-        raise ConfigError("give --recipe or --config, not both")
-    if recipe:
-        values.update(load_yaml(resolve_recipe(recipe)))
-    if config:
-        values.update(load_yaml(config))
-    fields = set(TrainConfig.field_names())
-    values.update({k: v for k, v in vars(ns).items() if k in fields})
-    if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
-        check_data_given(resolve_recipe(recipe), values, "--data PATH")
-    return TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -205,7 +43,7 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--recipe", help="a shipped recipe, e.g. headline/sst2-opt1.3b-ft-zpl (see 'paczero recipes')")
     g.add_argument("--config", help="a YAML file of TrainConfig keys")
     g.add_argument("--print-config", action="store_true", help="print the merged config and exit")
-    _add_config_flags(p)
+    add_config_flags(p)
 
     p = sub.add_parser("eval", help="evaluate a finished run (its selected weights), a released model or a model "
                        "on a task")
@@ -215,16 +53,16 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="which of the run's (or the task's) splits (default: both)")
     p.add_argument("--data", default=argparse.SUPPRESS,
                    help="evaluate on every example of this file instead (its test rows if it has a split column)")
-    p.add_argument("--columns", type=_parse_mapping, default=argparse.SUPPRESS,
+    p.add_argument("--columns", type=parse_mapping, default=argparse.SUPPRESS,
                    help="the file's column names, e.g. sentence=text,label=stars")
     for name, kind, text in (("task", str, "the task (default: the run's)"),
-                             ("template", _template, "the prompt template (default: the run's)" + _TEMPLATE_HELP),
+                             ("template", parse_template, "the prompt template (default: the run's)" + TEMPLATE_HELP),
                              ("n-test", int, "test examples (default: the run's)"),
                              ("n-dev", int, "dev examples (default: the run's)"),
                              ("token-budget", int, "tokens per micro-batch (default: the run's)"),
                              ("device", str, "auto, cpu or cuda[:N] (default: the run's)"),
                              ("dtype", str, "fp32, bf16 or fp16 (default: the run's)"),
-                             ("verbalizer", _verbalizer, "classification label -> option text, e.g. "
+                             ("verbalizer", parse_verbalizer, "classification label -> option text, e.g. "
                               "'0= terrible,1= great' (default: the run's)"),
                              ("labels", str, "classification class names, e.g. negative,positive (default: the run's)"),
                              ("base-model", str, "a released LoRA adapter's base model (default: the one its "
@@ -252,7 +90,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="run a grid of recipes x seeds (resumable; local, one per GPU, or SLURM)")
     p.add_argument("recipes", nargs="+", help="recipe names, globs ('headline/sst2-*'), table names or YAML files")
-    p.add_argument("--seeds", nargs="+", type=_items(int), action=_Flatten, default=[0],
+    p.add_argument("--seeds", nargs="+", type=items_of(int), action=Flatten, default=[0],
                    help="public seeds, e.g. --seeds 0 1 2 or --seeds 0,1,2 (default: 0)")
     p.add_argument("--out-root", default="runs", help="cell (r, k) runs in OUT_ROOT/r/seedk (default: runs)")
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", metavar="KEY=VALUE",

@@ -477,9 +477,9 @@ def test_every_train_flag_says_what_it_means(capsys, monkeypatch):
     """`paczero train --help` gives every config key's meaning (its comment in TrainConfig) and default."""
     import dataclasses
 
-    from paczero.cli import _field_help
+    from paczero.flags import field_help
 
-    helps = _field_help()
+    helps = field_help()
     missing = [f.name for f in dataclasses.fields(TrainConfig) if not helps.get(f.name)]
     assert not missing, f"TrainConfig fields without a comment: {missing}"
     monkeypatch.setenv("COLUMNS", "1000")  # no wrapping inside a hyphenated name

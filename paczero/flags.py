@@ -1,0 +1,175 @@
+"""``TrainConfig``'s fields as command-line flags of ``paczero train``: each field's flag, type, help (the
+comment beside the field) and topic (the ``# ...`` heading above it), and the config the flags, a recipe
+or a config file give (:func:`config_from_args`)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import typing
+from typing import Any
+
+from paczero.config import LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
+from paczero.recipes import check_data_given, resolve_recipe
+
+
+def parse_mapping(text: str) -> dict:
+    """``k=v,k=v`` or a JSON object."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"not a JSON object: {e}") from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError("expected a JSON object")
+        return value
+    out = {}
+    for part in text.split(","):
+        if "=" not in part:
+            raise argparse.ArgumentTypeError(f"expected key=value pairs, got {part!r}")
+        k, v = part.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def parse_verbalizer(text: str) -> dict[int, str]:
+    raw = parse_mapping(text)
+    try:
+        return {int(k): v for k, v in raw.items()}
+    except ValueError:
+        raise argparse.ArgumentTypeError("verbalizer keys must be integer labels, e.g. '0= terrible,1= great'") from None
+
+
+def _none_or(kind):
+    def parse(text: str):
+        if text.lower() in ("none", "null", "off"):
+            return None
+        try:
+            return kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value {text!r}") from None
+    return parse
+
+
+def items_of(kind):
+    """One value of a list flag: ``a,b`` or ``a`` (``--lora-targets q_proj,v_proj`` and ``--lora-targets
+    q_proj v_proj`` give the same list; :class:`Flatten` joins the pieces)."""
+    def parse(text: str) -> list:
+        parts = [part.strip() for part in text.split(",")]
+        if not all(parts):
+            raise argparse.ArgumentTypeError(f"empty item in {text!r}")
+        try:
+            return [kind(part) for part in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {kind.__name__} value in {text!r}") from None
+    return parse
+
+
+class Flatten(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, [item for value in values for item in value])
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+
+
+def parse_template(text: str) -> str:
+    """A prompt template as typed in a shell: ``\\n``, ``\\t`` and ``\\\\`` stand for a newline, a tab and a
+    backslash (a YAML config writes them as YAML strings do)."""
+    import re
+
+    if text.lower() in ("none", "null", "off"):  # the task's own template
+        return None
+    return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
+
+
+#: choices named in the flags' help (checked by TrainConfig.validate, which names them again on bad input)
+_CHOICES = {"mechanism": MECHANISMS, "lr_schedule": LR_SCHEDULES}
+TEMPLATE_HELP = "; in the flag, \\n and \\t stand for a newline and a tab"
+
+
+def field_help() -> dict[str, str]:
+    """Each TrainConfig field's comment in its source (the one home of what a key means), for --help."""
+    import inspect
+    import re
+
+    try:
+        source = inspect.getsource(TrainConfig)
+    except (OSError, TypeError):  # no source shipped: flags without help text
+        return {}
+    found = re.findall(r"^    (\w+): [^=\n]+=[^#\n]*#\s*(.+)$", source, flags=re.M)
+    return {name: text.strip() for name, text in found}
+
+
+def field_topics() -> dict[str, str]:
+    """Each TrainConfig field's topic: the ``# model``, ``# task and data``, ... comment above it."""
+    import inspect
+    import re
+
+    try:
+        source = inspect.getsource(TrainConfig)
+    except (OSError, TypeError):
+        return {}
+    topics, topic = {}, "settings"
+    for line in source.splitlines():
+        heading = re.match(r"^    # ([a-z][\w ]*)$", line)
+        field = re.match(r"^    (\w+): ", line)
+        if heading:
+            topic = heading.group(1)
+        elif field:
+            topics[field.group(1)] = topic
+    return topics
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    helps, topics = field_help(), field_topics()
+    groups: dict[str, Any] = {}
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        base = next((a for a in args if a is not type(None)), hint) if args else hint
+        optional = type(None) in args
+        default = f.default if f.default is not dataclasses.MISSING else None
+        text = helps.get(f.name, "")
+        if f.name in _CHOICES:
+            text = (text + "; " if text else "") + "one of " + ", ".join(_CHOICES[f.name])
+        if f.name == "template":
+            text += TEMPLATE_HELP
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
+                              "help": (text + " " if text else "") + f"(default: {default})".replace("%", "%%")}
+        if base is bool:
+            kw["action"] = argparse.BooleanOptionalAction
+        elif f.name == "verbalizer":
+            kw["type"] = parse_verbalizer
+        elif typing.get_origin(base) is dict:
+            kw["type"] = parse_mapping
+        elif typing.get_origin(base) is list:  # --rungs 500 1000 1500, or 500,1000,1500
+            kw.update(nargs="+", type=items_of(typing.get_args(base)[0]), action=Flatten)
+        elif f.name == "template":
+            kw["type"] = parse_template
+        elif base in (int, float, str):
+            kw["type"] = _none_or(base) if optional else base
+        topic = topics.get(f.name, "settings")
+        if topic not in groups:
+            groups[topic] = p.add_argument_group(topic)
+        groups[topic].add_argument(flag, **kw)
+
+
+def config_from_args(ns: argparse.Namespace) -> TrainConfig:
+    values: dict[str, Any] = {}
+    recipe = getattr(ns, "recipe", None)
+    config = getattr(ns, "config", None)
+    if recipe and config:
+        raise ConfigError("give --recipe or --config, not both")
+    if recipe:
+        values.update(load_yaml(resolve_recipe(recipe)))
+    if config:
+        values.update(load_yaml(config))
+    fields = set(TrainConfig.field_names())
+    values.update({k: v for k, v in vars(ns).items() if k in fields})
+    if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
+        check_data_given(resolve_recipe(recipe), values, "--data PATH")
+    return TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
