@@ -396,9 +396,10 @@ def _cpu_scale_sweep(root: Path, data: Path) -> dict[str, list[float]]:
                 summary["seconds_per_step"] = None
             summary["zero_shot"] = {"test": {"accuracy": 0.64 + 0.01 * seed, "loss": 0.75}, "dev": None}
             (run / "summary.json").write_text(json.dumps(summary))
+            seconds = [None] * 3 if "dpzero" in cell else [1.0, 1.2, 30.0]  # one step waited (a paused process)
             (run / "log.jsonl").write_text("".join(json.dumps({"step": t, "branch": "unanimous", "cum_mi": 0.0,
-                                                               "free_frac": 1.0, "train_loss": 0.7}) + "\n"
-                                                   for t in range(3)))
+                                                               "free_frac": 1.0, "train_loss": 0.7,
+                                                               "seconds": seconds[t]}) + "\n" for t in range(3)))
             (run / "selected.safetensors").write_bytes(b"weights")
             (run / "checkpoints" / "step-50").mkdir(parents=True)
             (run / "checkpoints" / "step-50" / "secret.json").write_text("{}")
@@ -417,7 +418,8 @@ def _cpu_scale_sweep(root: Path, data: Path) -> dict[str, list[float]]:
 def test_the_cpu_scale_table_sets_every_method_beside_its_guarantee_and_cost(tmp_path):
     """One row per method: test accuracy and loss (mean ± sample std over seeds), unanimity, the guarantee with
     its MIA bound (from the budget: mia_bound(0.33); DP: the RDP ε), and minutes per run summed over a run's
-    attempts in sweep.jsonl. Red if the wall time takes only a run's last attempt (PAC-ZPL: 2.7 instead of 3.1),
+    attempts in sweep.jsonl, and the median step time of log.jsonl. Red if the wall time takes only a run's
+    last attempt (PAC-ZPL: 2.7 instead of 3.1), if the step time is the mean (10.73),
     if the guarantee is read from the realised spend (0.165), if a DP run's time is shown, or if the rows lose
     the order zero-shot, non-private, PAC-ZPL, PAC-MI, DP."""
     root = tmp_path / "runs"
@@ -430,8 +432,9 @@ def test_the_cpu_scale_table_sets_every_method_beside_its_guarantee_and_cost(tmp
     zs, mezo, zpl, mi, dpz = rows
     assert "| 65.00 ± 1.00 (n=3) | 0.750 ± 0.000 (n=3) |" in zs
     assert "| 72.00 ± 2.00 (n=3) | 0.620 ± 0.020 (n=3) | 50.0 ± 0.0 (n=3) | MI = 0 | 0.500 |" in zpl
-    # minutes per run: seed 0 ran twice (60 s + 120 s), seeds 1 and 2 once (186 s, 192 s)
-    assert zpl.endswith(f"| {(180 + 186 + 192) / 3 / 60:.1f} |")
+    # the median step time (1.2 s; the mean, 10.7 s, counts a step that waited), and minutes per run: seed 0
+    # ran twice (60 s + 120 s), seeds 1 and 2 once (186 s, 192 s)
+    assert zpl.endswith(f"| 1.20 | {(180 + 186 + 192) / 3 / 60:.1f} |")
     assert f"| MI ≤ 0.33 nats | {mia_bound(0.33):.3f} |" in mi and "| 77.00 ± 2.00 (n=3) |" in mi
     assert "| none (non-private reference) | — |" in mezo
     assert "| (1.98, 1e-05)-DP | 0.600 |" in dpz and dpz.endswith("| — | — |")

@@ -114,8 +114,8 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     for c in cells:
         by_table[c.table].append(c)
     md = [f"{TITLE}{shown_root}", "",
-          f"{len(runs)} runs in {len(cells)} cells. Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test "
-          "split, at the dev-selected weights; mean ± sample std (ddof = 1) over seeds, with n."
+          f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(cells)} cell{'s' if len(cells) != 1 else ''}. "
+          "Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test split, at the dev-selected weights; mean ± sample std (ddof = 1) over seeds, with n."
           + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
              "differ from the recipe's in the keys named, so it is a reference for another experiment)."
              if paper_overlay else "")

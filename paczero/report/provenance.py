@@ -164,7 +164,7 @@ def made_by(runs: list[Run], records: list[dict], root: str, report_args: str | 
         dp = len(dp_runs)
         lines.append(f"Wall time: {sum(walls[(r.cell, r.seed)] for r in timed) / 3600.0:.2f} h for {len(timed)} of "
                      f"{len(runs)} runs, one after another (the sweep's record of each run's process: setup, zero-shot "
-                     "and dev evaluations, training, test)"
+                     "and dev evaluations, training, test; any pause or other load on the machine included)"
                      + (f"; not shown for the {dp} DP runs, whose time depends on their private Poisson batches"
                         if dp else "")
                      + (f". The sweep's records of those runs span {span[0]} to {span[1]}." if span else "."))

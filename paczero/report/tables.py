@@ -9,7 +9,7 @@ from typing import Any
 
 from paczero.config import DP_MECHANISMS
 from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, guarantee, mean_std, method_label,
-                                  model_label, privacy_rows)
+                                  model_label, privacy_rows, read_log)
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -134,9 +134,16 @@ def _comparison_order(c: Cell) -> tuple:
             c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1), c.name)
 
 
+def median_step_seconds(run: Run) -> float | None:
+    """The median of a run's step times (log.jsonl ``seconds``): unlike the mean, not moved by a step that
+    waited (a paused process, another job on the machine). None for DP runs, which log no time."""
+    xs = [float(r["seconds"]) for r in read_log(run.run_dir) if r.get("seconds") is not None]
+    return statistics.median(xs) if xs else None
+
+
 def comparison_table(cells: list[Cell], walls: dict[tuple[str, int], float] | None = None) -> str:
     """Every method of a table side by side, with what a reader weighs against each other: test accuracy and
-    loss, unanimity, the guarantee and its MIA bound, seconds per step and minutes of wall time per run
+    loss, unanimity, the guarantee and its MIA bound, the median seconds per step and minutes of wall time per run
     (``walls``: the sweep's seconds per (recipe, seed); none for DP runs, whose time depends on their private
     Poisson batches). The zero-shot rows come first."""
     walls = walls or {}
@@ -149,11 +156,11 @@ def comparison_table(cells: list[Cell], walls: dict[tuple[str, int], float] | No
         rows.append([method_label(c.cfg), c.cfg["track"], c.cfg["steps"], fmt_ms(*c.stat("test")),
                      fmt_ms(*c.stat("test_loss"), digits=3), fmt_ms(*c.stat("unanimity"), digits=1), text,
                      "—" if mia is None else f"{mia:.3f}",
-                     _g(statistics.fmean(xs)) if (xs := [r.summary["seconds_per_step"] for r in c.runs
-                                                          if r.summary.get("seconds_per_step")]) else "—",
+                     f"{statistics.fmean(xs):.2f}" if (xs := [x for r in c.runs
+                                                             if (x := median_step_seconds(r)) is not None]) else "—",
                      f"{statistics.fmean(wall):.1f}" if wall else "—"])
     return markdown_table(["Method", "Track", "T", "Test acc %", "Test loss", "Unanimity %", "Guarantee",
-                           "MIA bound", "s/step", "min/run"], rows)
+                           "MIA bound", "s/step (median)", "min/run"], rows)
 
 
 def privacy_table(runs: list[Run]) -> str:
