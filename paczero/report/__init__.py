@@ -36,8 +36,8 @@ from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
 from paczero.report import provenance
 from paczero.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
                                   plot_unanimity)
-from paczero.report.tables import (cell_table, comparison_table, dp_cliff_table, headline_table, plateau_table,
-                                   privacy_table)
+from paczero.report.tables import (cell_table, comparison_table, dp_cliff_table, headline, headline_table,
+                                   plateau_table, privacy_table)
 __all__ = ["write_report", "find_runs", "group_cells", "experiment", "read_log", "mean_std", "fmt_ms",
            "Run", "Cell", "RUN_COLUMNS", "CELL_COLUMNS"]
 
@@ -115,7 +115,8 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
         by_table[c.table].append(c)
     md = [f"{TITLE}{shown_root}", "",
           f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(cells)} cell{'s' if len(cells) != 1 else ''}. "
-          "Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test split, at the dev-selected weights; mean ± sample std (ddof = 1) over seeds, with n."
+          "Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test split, at the dev-selected weights; "
+          "mean ± sample std (ddof = 1) over seeds, with n."
           + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
              "differ from the recipe's in the keys named, so it is a reference for another experiment)."
              if paper_overlay else "")
@@ -123,7 +124,8 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
           + _selection_note(runs), ""]
     walls = provenance.wall_seconds(records)
     layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
-               "dp-cliff": dp_cliff_table, "cpu-scale": lambda cs, _paper: comparison_table(cs, walls)}
+               "dp-cliff": dp_cliff_table,
+               "cpu-scale": lambda cs, _paper: "\n\n".join(filter(None, [headline(cs), comparison_table(cs, walls)]))}
     complete = {"cpu-scale"}  # layouts that show every figure of the per-cell table
     for table in sorted(by_table):
         layout = layouts.get(table)

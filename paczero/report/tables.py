@@ -134,6 +134,31 @@ def _comparison_order(c: Cell) -> tuple:
             c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1), c.name)
 
 
+def headline(cells: list[Cell]) -> str | None:
+    """One sentence for a comparison table, per track: PAC-ZPL's test accuracy (MI = 0) beside the non-private
+    MeZO and the strictest DP cell (smallest ε, then fewest directions), and the zero-shot base model
+    (mean ± std, n). None without a PAC-ZPL cell."""
+    parts = []
+    for track in ("lora", "ft"):
+        mine = [c for c in cells if c.cfg["track"] == track]
+        zpl = next((c for c in mine if c.cfg["mechanism"] == "pac-zpl"), None)
+        if zpl is None:
+            continue
+        others = [f"MeZO's {fmt_ms(*c.stat('test'))}" for c in mine if c.cfg["mechanism"] == "mezo"]
+        dp = sorted((c for c in mine if c.cfg["mechanism"] in DP_MECHANISMS),
+                    key=lambda c: (c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1)))
+        if dp:
+            name = ("DPZero" if dp[0].cfg["mechanism"] in ("dpzero", "dpzero-aggzo1")
+                    else f"DP-AggZO K = {dp[0].cfg.get('num_directions', 1)}")
+            others.append(f"{name} ε = {dp[0].cfg['epsilon']:g}'s {fmt_ms(*dp[0].stat('test'))}")
+        parts.append(f"{'LoRA' if track == 'lora' else 'full fine-tuning'}, PAC-ZPL at MI = 0 reaches "
+                     f"{fmt_ms(*zpl.stat('test'))}" + (" against " + " and ".join(others) if others else ""))
+    if not parts:
+        return None
+    zero = [fmt_ms(*st["test"]) for _, st in zero_shot_stats(cells)]
+    return ("Test accuracy %: " + "; ".join(parts) + (f"; the base model zero-shot: {zero[0]}" if zero else "") + ".")
+
+
 def median_step_seconds(run: Run) -> float | None:
     """The median of a run's step times (log.jsonl ``seconds``): unlike the mean, not moved by a step that
     waited (a paused process, another job on the machine). None for DP runs, which log no time."""
