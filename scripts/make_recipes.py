@@ -552,7 +552,10 @@ T = 1000, not the SST-2 or SQuAD test sets. The learning rates are one per famil
 fine-tuning, DP), set by the paper's ratios and not tuned per method, so a cell's shortfall may be its
 learning rate. With {len(CPU_SEEDS)} seeds, differences within about two standard deviations are not resolved.
 The runs are bf16 at mu = 1e-2 (the paper: fp32 or fp16 at 1e-3). Each guarantee is about a run's own
-universe: whether one of its {CPU_N} sentences is in the secret subset S*.
+universe: whether one of its {CPU_N} sentences is in the secret subset S*. A re-run draws new private
+randomness (the secret j*, PAC-MI's noise, PAC-ZPL's coins, the DP baselines' masks and noise come from
+the operating system's entropy), so its private cells agree with these within their spread, not digit for
+digit; the splits, the public directions and the zero-shot row are fixed by the seeds, the model and the file.
 """
 class _Dumper(yaml.SafeDumper):
     """Block mappings, inline lists: one key per line, per-seed values on one line."""
