@@ -72,6 +72,8 @@ def check_model_source(name: str) -> None:
 
 #: seconds to wait for the hub's host to answer
 HUB_PROBE_TIMEOUT = 5.0
+#: (host, port) of hub endpoints this process has reached
+_HUB_REACHED: set[tuple[str, int]] = set()
 
 
 def check_hub_reachable(repo_id: str) -> None:
@@ -94,8 +96,11 @@ def check_hub_reachable(repo_id: str) -> None:
         return
     url = urlparse(constants.ENDPOINT)
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    if (host, port) in _HUB_REACHED:  # the run's checks, data and tokenizer each ask: connect once
+        return
     try:
         socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT).close()
+        _HUB_REACHED.add((host, port))
     except OSError as e:
         raise ValueError(f"cannot reach the Hugging Face hub ({host}: {e.strerror or e.__class__.__name__}) to "
                          f"download {repo_id!r}, and it is not in the hub cache: connect, or give a local model "

@@ -212,6 +212,8 @@ def test_an_unreachable_hub_model_is_one_line_at_once(tmp_path, capsys, monkeypa
     import huggingface_hub
     from huggingface_hub import constants
 
+    import paczero.models
+
     calls = []
 
     def unreachable(address, *a, **k):
@@ -220,6 +222,7 @@ def test_an_unreachable_hub_model_is_one_line_at_once(tmp_path, capsys, monkeypa
 
     monkeypatch.setattr(socket, "create_connection", unreachable)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(paczero.models, "_HUB_REACHED", set())
     for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(var, raising=False)
     assert main(["train", "--model", "someorg/some-model", "--out-dir", str(tmp_path / "never")]) == 2
@@ -236,6 +239,42 @@ def test_an_unreachable_hub_model_is_one_line_at_once(tmp_path, capsys, monkeypa
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: f"/cache/{repo}/{name}")
     check_hub_reachable("someorg/some-model")
     assert len(calls) == 1
+
+
+def test_a_reachable_hub_is_probed_once_per_process(monkeypatch):
+    """The run's checks, its data and its tokenizer each ask whether the hub is reachable: one connection
+    answers them all, while a failed probe is asked again (the network may come back). Red if a success is
+    not remembered (three connections) or a failure is (the second call does not raise)."""
+    import socket
+
+    from huggingface_hub import constants
+
+    from paczero import models
+
+    calls, up = [], [False]
+
+    class _Conn:
+        def close(self):
+            pass
+
+    def connect(address, *a, **k):
+        calls.append(address)
+        if not up[0]:
+            raise OSError(101, "Network is unreachable")
+        return _Conn()
+
+    monkeypatch.setattr(socket, "create_connection", connect)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(models, "_HUB_REACHED", set())
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="cannot reach the Hugging Face hub"):
+            models.check_hub_reachable("someorg/some-model")
+    up[0] = True
+    for _ in range(3):
+        models.check_hub_reachable("someorg/some-model")
+    assert len(calls) == 3
 
 
 def test_overwrite_and_resume_together_are_refused(tmp_path, capsys):
