@@ -435,7 +435,7 @@ def test_the_cpu_scale_table_sets_every_method_beside_its_guarantee_and_cost(tmp
     assert "| 72.00 ± 2.00 (n=3) | 0.620 ± 0.020 (n=3) | 50.0 ± 0.0 (n=3) | MI = 0 | 0.500 |" in zpl
     # the median step time (1.2 s; the mean, 10.7 s, counts a step that waited), and the minutes of the fastest
     # run: seed 0 ran twice (60 s + 120 s), seeds 1 and 2 once (170 s, 190 s)
-    assert zpl.endswith(f"| 1.20 | {170 / 60:.1f} |")
+    assert zpl.endswith(f"| 1.20 | {170 / 60:.1f} |") and "| s/step (median) | min/run (fastest) |" in md
     assert f"| MI ≤ 0.33 nats | {mia_bound(0.33):.3f} |" in mi and "| 77.00 ± 2.00 (n=3) |" in mi
     assert "| none (non-private reference) | — |" in mezo
     assert "| (1.98, 1e-05)-DP | 0.600 |" in dpz and dpz.endswith("| — | — |")

@@ -187,7 +187,7 @@ def comparison_table(cells: list[Cell], walls: dict[tuple[str, int], float] | No
                                                              if (x := median_step_seconds(r)) is not None]) else "—",
                      f"{min(wall):.1f}" if wall else "—"])
     return markdown_table(["Method", "Track", "T", "Test acc %", "Test loss", "Unanimity %", "Guarantee",
-                           "MIA bound", "s/step (median)", "min/run (median)"], rows)
+                           "MIA bound", "s/step (median)", "min/run (fastest)"], rows)
 
 
 def privacy_table(runs: list[Run]) -> str:
