@@ -336,6 +336,13 @@ def _task_label(task: str) -> str:
     return {"sst2": "SST-2", "squad": "SQuAD", "demo": "demo"}.get(task, task)
 
 
+def task_data_label(cfg: dict) -> str:
+    """The task, and the data file's name where the run read one (``SST-2 (imdb.jsonl)``)."""
+    data = cfg.get("data")
+    return _task_label(cfg["task"]) + (f" ({str(data).replace(chr(92), '/').rsplit('/', 1)[-1]})"
+                                       if data not in (None, "demo") else "")
+
+
 # ---------------------------------------------------------------------------- plots
 
 

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import DP_NAMES, Cell, Run, _task_label, mean_std, model_label, read_log
+from paczero.report.cells import DP_NAMES, Cell, Run, mean_std, model_label, read_log, task_data_label
 
 
 def _pyplot():
@@ -33,7 +33,7 @@ def plot_mi_plateau(cells: list[Cell], paper_rows: list[dict], path: Path, overl
     for c in cells:
         if c.cfg["mechanism"] == "pac-mi" and c.cfg.get("num_directions", 1) == 1:
             key = c.table if c.table.startswith("plateau") else \
-                f"{_task_label(c.cfg['task'])} {model_label(c.cfg['model'])} {c.cfg['track']}"
+                f"{task_data_label(c.cfg)} {model_label(c.cfg['model'])} {c.cfg['track']}"
             series[key].append(c)
     if not series:
         return None

@@ -9,7 +9,7 @@ from typing import Any
 
 from paczero.config import DP_MECHANISMS
 from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, guarantee, mean_std, method_label,
-                                  model_label, privacy_rows, read_log)
+                                  model_label, privacy_rows, read_log, task_data_label)
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -77,17 +77,10 @@ def dp_cliff_table(cells: list[Cell], paper: bool) -> str:
 def cell_table(cells: list[Cell], paper: bool) -> str:
     rows = zero_shot_rows(cells)
     for c in cells:
-        rows.append([c.name, method_label(c.cfg), _task_data(c.cfg), model_label(c.cfg["model"]),
+        rows.append([c.name, method_label(c.cfg), task_data_label(c.cfg), model_label(c.cfg["model"]),
                      c.cfg["track"], c.cfg["steps"], c.text("test", paper), fmt_ms(*c.stat("dev")),
                      fmt_ms(*c.stat("unanimity"), digits=1)])
     return markdown_table(["Cell", "Method", "Task", "Model", "Track", "T", "Test %", "Dev %", "Unanimity %"], rows)
-
-
-def _task_data(cfg: dict) -> str:
-    """The task, and the data file's name where the run read one (``SST-2 (imdb.jsonl)``)."""
-    data = cfg.get("data")
-    return _task_label(cfg["task"]) + (f" ({str(data).replace(chr(92), '/').rsplit('/', 1)[-1]})"
-                                       if data not in (None, "demo") else "")
 
 
 #: what fixes the base model's dev and test figures of a run (with its data_seed: which examples are drawn)
@@ -123,7 +116,7 @@ def zero_shot_rows(cells: list[Cell]) -> list[list[str]]:
     """The per-cell table's zero-shot rows (:func:`zero_shot_stats`); none where no run has a zero-shot figure."""
     stats = zero_shot_stats(cells)
     return [["zero-shot" + (f" ({model_label(cfg['model'])})" if len(stats) > 1 else ""), "base model, no training",
-             _task_data(cfg), model_label(cfg["model"]), "—", 0, fmt_ms(*st["test"]), fmt_ms(*st["dev"]), "—"]
+             task_data_label(cfg), model_label(cfg["model"]), "—", 0, fmt_ms(*st["test"]), fmt_ms(*st["dev"]), "—"]
             for cfg, st in stats]
 
 
