@@ -489,3 +489,26 @@ def test_the_privacy_utility_plot_puts_each_cell_at_its_mia_bound(tmp_path, monk
                       (round(mia_bound(0.33), 6), round(mean["cpu-scale/smollm2-lora-mi0.33"], 6)),
                       (0.6, round(mean["cpu-scale/smollm2-lora-dpzero-k1-eps2"], 6)),
                       (1.0, round(mean["cpu-scale/smollm2-lora-mezo"], 6))}
+
+
+def test_the_dp_cliff_of_another_experiment_carries_no_paper_curve(tmp_path, monkeypatch):
+    """The paper's DP-cliff curves are OPT-1.3B on SST-2: beside the cpu-scale table's DP cells (SmolLM2 on IMDb
+    sentences) they would read as one experiment. Its x axis names the ε values drawn. Red if the paper's
+    curves are drawn for a table other than dp-cliff, or if the axis labels other ε than the cells'."""
+    import matplotlib.figure
+
+    root = tmp_path / "runs"
+    _cpu_scale_sweep(root, tmp_path / "imdb.jsonl")
+    seen, real = [], matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *a, **k):
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            seen.append((ax.get_title(), [t.get_text() for t in legend.get_texts()] if legend else [],
+                         [t.get_text() for t in ax.get_xticklabels()]))
+        return real(fig, *a, **k)
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    write_report(root, tmp_path / "report", trajectories="none")
+    (labels, ticks), = [(lb, tk) for title, lb, tk in seen if title.startswith("The DP-ZO cliff")]
+    assert labels and not [lb for lb in labels if lb.startswith("paper")], labels
+    assert ticks == ["2"]

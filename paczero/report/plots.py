@@ -82,12 +82,15 @@ def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay
         ax.axhline(m, color="k", label=f"PAC-ZPL, MI = 0 (ours, n={n})")
         if s:
             ax.axhspan(m - s, m + s, color="k", alpha=0.1)
-    if overlay:
+    # the paper's curves are OPT-1.3B on SST-2: drawn beside cells of its dp-cliff table, not beside another experiment
+    drawn: set[float] = set()
+    if overlay and any(c.table == "dp-cliff" for c in dp):
         for mech, k, steps in sorted({(r["mechanism"], r["num_directions"], r["steps"]) for r in paper_rows
                                        if r["table"] == "dp-cliff"}):
             pts = sorted((float(r["epsilon"]), float(r["reported_test"])) for r in paper_rows
                          if r["table"] == "dp-cliff" and (r["mechanism"], r["num_directions"], r["steps"]) == (mech, k, steps))
             if len(pts) > 1:
+                drawn.update(x for x, _ in pts)
                 ax.plot(*zip(*pts), "--", marker="x", alpha=0.6,
                         label=f"paper: {DP_NAMES.get(mech, mech)} K={k}")
         zp = [r for r in paper_rows if r["recipe"] == f"headline/{ref['task']}-opt{model_label(ref['model']).lower()}-"
@@ -95,6 +98,9 @@ def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay
         if zp:
             ax.axhline(float(zp[0]["reported_test"]), color="k", ls="--", alpha=0.6, label="paper: PAC-ZPL, MI = 0")
     ax.set_xscale("log")
+    eps = sorted({c.cfg["epsilon"] for c in dp} | drawn)
+    ax.set_xticks(eps, [f"{x:g}" for x in eps])  # the ε values drawn, not log-scale minor labels that overlap
+    ax.xaxis.set_minor_formatter(_pyplot().NullFormatter())
     ax.set_xlabel("DP ε (δ = 1e-5, log scale)")
     ax.set_ylabel("test %")
     ax.set_title("The DP-ZO cliff vs PAC-ZPL at MI = 0")
