@@ -305,8 +305,9 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = No
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or stop.requested:
                 checkpoint(done)
             bar.update(1)
-            bar.set_description(f"MI spent {mechanism.mi_spent or 0:.3g} unanimity {record['unanimity'] or 0:.0%}",
-                                refresh=False)
+            if record["unanimity"] is not None:  # PAC mechanisms; MeZO and DP have no unanimity nor MI
+                bar.set_description(f"MI spent {mechanism.mi_spent or 0:.3g} unanimity {record['unanimity']:.0%}",
+                                    refresh=False)
             if stop.requested and done < cfg.steps:
                 stopped = True
                 log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
