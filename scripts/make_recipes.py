@@ -369,11 +369,14 @@ CPU_LR = {"lora": 5e-3, "ft": 5e-4}          # LoRA: the quick start's; FT: the 
 CPU_CLIP = {"lora": 25, "ft": 1000}          # the paper's stability clip per track (tab:headline-recipes)
 CPU_DP_LR = CPU_LR["lora"] * 5e-6 / 1e-4     # the paper's DP : PAC learning-rate ratio (dp-cliff 5e-6, FT 1e-4)
 CPU_Q, CPU_DP_K = 0.25, 4                    # Poisson rate: an expected batch of 16; DP-AggZO's directions
-#: seconds on the project's 2-core machine, bf16, mu = 1e-2: one example's forward (the quick start's LoRA step
-#: at N = 64 took 2.66 s for 2 x 64 forwards, docs/performance.md; an evaluation's forward is counted the same),
-#: full FT's extra per step (drawing z for 135M weights; SmolLM2's FT step against its LoRA step at N = 1000,
-#: 62.9 against 59.3 s in fp32, docs/performance.md), a step's fixed cost, and a run's start (process, model load)
-CPU_S_FORWARD, CPU_S_FT_EXTRA, CPU_S_STEP, CPU_S_START = 2.66 / 128, 3.6, 0.05, 15.0
+#: seconds on the project's 2-core machine, bf16, mu = 1e-2, measured 2026-11-24: a direction's fixed cost (the
+#: intercept of `paczero bench --model smollm2-135m-instruct --track lora --dtype bf16 --no-scaling --no-memory`
+#: at N = 16 and 64 on the demo sentences: a step of 0.909 s for 32 forwards, 2.199 s for 128), one example's
+#: forward (the cpu-scale PAC-ZPL LoRA runs' median step on imdb sentences, 2.81 s for 128 forwards, less the
+#: fixed cost; an evaluation's forward is counted the same), full FT's extra per step (the PAC-ZPL FT runs'
+#: median step, 4.56 s, less the LoRA runs'), and a run's start (process, model load); docs/results.md
+CPU_S_DIRECTION = 0.479
+CPU_S_FORWARD, CPU_S_FT_EXTRA, CPU_S_START = (2.81 - CPU_S_DIRECTION) / 128, 4.56 - 2.81, 15.0
 CPU_KEY_ORDER = ["model", "track", "lora_r", "lora_alpha", "dtype", "task", "columns", "template", "verbalizer",
                  "n_train", "n_dev", "n_test", "mechanism", "num_subsets", "mi_budget", "schedule", "epsilon",
                  "delta", "dp_clip", "sample_rate", "accountant", "batch_size", "num_directions", "steps", "lr",
@@ -426,8 +429,10 @@ def cpu_eval_forwards(cfg: dict) -> int:
 
 
 def cpu_seconds(cfg: dict, forwards: float) -> float:
-    """A cell's estimated seconds per run: steps x (forwards x s + FT's extra + fixed) + evaluations + start."""
-    per_step = forwards * CPU_S_FORWARD + (CPU_S_FT_EXTRA if cfg["track"] == "ft" else 0.0) + CPU_S_STEP
+    """A cell's estimated seconds per run: steps x (directions x fixed + forwards x s + FT's extra) + evaluations
+    + start."""
+    per_step = (cfg["num_directions"] * CPU_S_DIRECTION + forwards * CPU_S_FORWARD
+                + (CPU_S_FT_EXTRA if cfg["track"] == "ft" else 0.0))
     return cfg["steps"] * per_step + cpu_eval_forwards(cfg) * CPU_S_FORWARD + CPU_S_START
 
 
@@ -528,8 +533,8 @@ verbalizer ` terrible` / ` great`, N = {CPU_N}, dev {CPU_DEV}, test {CPU_TEST}, 
 |---|---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Budget: {len(cells)} cells x {len(CPU_SEEDS)} seeds, each run T x (forwards x {CPU_S_FORWARD * 1000:.1f} ms
-+ {CPU_S_FT_EXTRA:g} s for full fine-tuning + {CPU_S_STEP:g} s) + evaluation forwards x {CPU_S_FORWARD * 1000:.1f} ms
+Budget: {len(cells)} cells x {len(CPU_SEEDS)} seeds, each run T x (directions x {CPU_S_DIRECTION:g} s + forwards x
+{CPU_S_FORWARD * 1000:.1f} ms + {CPU_S_FT_EXTRA:g} s for full fine-tuning) + evaluation forwards x {CPU_S_FORWARD * 1000:.1f} ms
 (zero-shot dev and test, {CPU_EVALS} dev evaluations, the final test: {cpu_eval_forwards(cells[0][2])} forwards)
 + {CPU_S_START:g} s (process start, model load): about **{total / 3600:.1f} hours** on 2 cores, one run after
 another.
@@ -555,7 +560,8 @@ The runs are bf16 at mu = 1e-2 (the paper: fp32 or fp16 at 1e-3). Each guarantee
 universe: whether one of its {CPU_N} sentences is in the secret subset S*. A re-run draws new private
 randomness (the secret j*, PAC-MI's noise, PAC-ZPL's coins, the DP baselines' masks and noise come from
 the operating system's entropy), so its private cells agree with these within their spread, not digit for
-digit; the splits, the public directions and the zero-shot row are fixed by the seeds, the model and the file.
+digit. The splits, the public directions, the zero-shot row and MeZO (which draws nothing private) are
+fixed by the seeds, the model and the file, and repeat digit for digit on the same machine and software.
 """
 class _Dumper(yaml.SafeDumper):
     """Block mappings, inline lists: one key per line, per-seed values on one line."""
