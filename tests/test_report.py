@@ -297,14 +297,16 @@ def test_identical_runs_outside_a_sweep_pool_into_one_cell(tmp_path):
 
 
 def _axes_of_saved_figures(monkeypatch) -> list:
-    """The axes of every figure saved from now on (their limits and lines, read before the figure closes)."""
+    """The axes of every figure saved from now on, read before the figure closes: per axes (y limits, lines,
+    title, legend labels, x tick labels)."""
     import matplotlib.figure
 
     saved, real = [], matplotlib.figure.Figure.savefig
 
     def savefig(fig, *a, **k):
-        saved.append([(ax.get_ylim(), [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines])
-                      for ax in fig.axes])
+        saved.append([(ax.get_ylim(), [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.lines],
+                       ax.get_title(), [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else [],
+                       [t.get_text() for t in ax.get_xticklabels()]) for ax in fig.axes])
         return real(fig, *a, **k)
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
     return saved
@@ -495,20 +497,10 @@ def test_the_dp_cliff_of_another_experiment_carries_no_paper_curve(tmp_path, mon
     """The paper's DP-cliff curves are OPT-1.3B on SST-2: beside the cpu-scale table's DP cells (SmolLM2 on IMDb
     sentences) they would read as one experiment. Its x axis names the ε values drawn. Red if the paper's
     curves are drawn for a table other than dp-cliff, or if the axis labels other ε than the cells'."""
-    import matplotlib.figure
-
     root = tmp_path / "runs"
     _cpu_scale_sweep(root, tmp_path / "imdb.jsonl")
-    seen, real = [], matplotlib.figure.Figure.savefig
-
-    def savefig(fig, *a, **k):
-        for ax in fig.axes:
-            legend = ax.get_legend()
-            seen.append((ax.get_title(), [t.get_text() for t in legend.get_texts()] if legend else [],
-                         [t.get_text() for t in ax.get_xticklabels()]))
-        return real(fig, *a, **k)
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    saved = _axes_of_saved_figures(monkeypatch)
     write_report(root, tmp_path / "report", trajectories="none")
-    (labels, ticks), = [(lb, tk) for title, lb, tk in seen if title.startswith("The DP-ZO cliff")]
+    (labels, ticks), = [(lb, tk) for fig in saved for _, _, title, lb, tk in fig if title.startswith("The DP-ZO cliff")]
     assert labels and not [lb for lb in labels if lb.startswith("paper")], labels
     assert ticks == ["2"]

@@ -100,7 +100,7 @@ def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay
     ax.set_xscale("log")
     eps = sorted({c.cfg["epsilon"] for c in dp} | drawn)
     ax.set_xticks(eps, [f"{x:g}" for x in eps])  # the ε values drawn, not log-scale minor labels that overlap
-    ax.xaxis.set_minor_formatter(_pyplot().NullFormatter())
+    ax.xaxis.set_minor_formatter(plt.NullFormatter())
     ax.set_xlabel("DP ε (δ = 1e-5, log scale)")
     ax.set_ylabel("test %")
     ax.set_title("The DP-ZO cliff vs PAC-ZPL at MI = 0")
