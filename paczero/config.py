@@ -71,6 +71,7 @@ class TrainConfig:
     mi_budget: float | None = None           # total MI in nats (pac-mi, hybrid)
     schedule: str = "adaptive"               # pac-mi allocation: "adaptive" | "uniform"
     switch_step: int | None = None           # hybrid: PAC-MI until this step, then the zero-MI tail
+    coin_step: str = "move"                  # PAC mechanisms' coin releases: "move" (the paper: theta moves along the coin) | "skip" (theta stays, no coin drawn; MI unchanged)
     epsilon: float | None = None             # DP baselines: target epsilon
     delta: float = 1e-5                      # DP baselines: delta
     dp_clip: float = 25.0                    # DP baselines: per-example clip of the scalar
@@ -91,6 +92,8 @@ class TrainConfig:
     select_metric: str | None = None         # what dev-best selects by: "loss" (lowest) | "accuracy" | "f1" (highest); None: the task's metric
     eval_zero_shot: bool = True              # evaluate the base model on dev and test first
     rungs: list[int] | None = None           # T-ladder: steps at which one run saves and evaluates its weights
+    ood_data: str | None = None              # a second labelled file (same columns), evaluated whole at the end (and zero-shot): the out-of-domain test (summary.json ood_test)
+    heldout_attack: bool = False             # after training, the loss attack on the released model: U's records against the held-out test records (summary.json heldout_attack: AUC with a bootstrap interval)
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
     lockstep_batches: int = 1                # full FT: token budgets per sign whose + and - forwards share each draw of z (0: off)
@@ -232,6 +235,10 @@ class TrainConfig:
         elif self.mi_budget is not None:
             raise ConfigError(f"mi_budget applies to pac-mi and hybrid only, not {self.mechanism}")
         need(self.schedule in ("adaptive", "uniform"), f"schedule must be 'adaptive' or 'uniform', got {self.schedule!r}")
+        need(self.coin_step in ("move", "skip"), f"coin_step must be 'move' or 'skip', got {self.coin_step!r}")
+        if self.coin_step != "move":
+            need(self.mechanism in ("pac-zpl", "pac-mi", "hybrid"),
+                 f"coin_step applies to pac-zpl, pac-mi and hybrid only, not {self.mechanism}")
         if self.mechanism == "hybrid":
             need(self.switch_step is not None, "hybrid needs switch_step")
             integer("switch_step", self.switch_step, 0)

@@ -51,6 +51,12 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
         if bound:
             lines.append(f"For reference only, (epsilon={_num(statement.get('matched_dp_epsilon'), '.4g')}, "
                          f"delta=1e-5)-DP gives the same MIA bound; this is not a DP guarantee.")
+        if statement.get("coin_step") == "skip":
+            lines.append("Coin steps did not move the weights (coin_step skip): where the subsets disagreed and no "
+                         "noised release was paid for, the step released nothing and the weights stayed; whether a "
+                         "step is such a step is public, so this changes no bound above"
+                         + (", and the released model is a function of public inputs alone, with no assumption "
+                            "about the private generator." if not bound else "."))
         if statement.get("mi_spent") is not None:
             lines.append(
                 f"Realised MI spend of this run: {statement['mi_spent']:.6g} nats, the sum of its per-release MI "

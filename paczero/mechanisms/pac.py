@@ -22,6 +22,17 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
 * disagreement, PAC-ZPL (Section 3.2, eq. zpl-coin), and PAC-MI without
   budget: a fair coin; MI 0.
 
+``coin_step`` says what a coin release does to the weights. ``"move"`` (the
+paper's rule, the default): the coin is the step's coefficient, so theta moves by
+``± lr z``. ``"skip"``: no coin is drawn and the coefficient is 0, so theta does
+not move (``Release.bit`` 0). Whether a step is answered by a coin is a function
+of public values (the subset signs the adversary recomputes, the posterior, the
+budget), so leaving theta in place is post-processing of the transcript and the
+MI accounting is unchanged; with ``"skip"`` PAC-ZPL's whole output is a
+deterministic function of the public inputs and j*'s unanimous signs, which
+the transcript already determines, so I(S*; output) = 0 holds with no assumption
+about the private generator.
+
 Every charge is added to ``mi_spent`` rounded upwards, and a charge that would
 take ``mi_spent`` above the total budget is never made (the release becomes a
 coin), so the sum of the charges never exceeds the budget. The tolerance
@@ -50,8 +61,10 @@ from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator, subset_signs
 from .base import Mechanism, Release
 
-__all__ = ["PacMI", "PacZPL", "UNANIMITY_TOL", "ENTROPY_CAP"]
+__all__ = ["PacMI", "PacZPL", "COIN_STEPS", "UNANIMITY_TOL", "ENTROPY_CAP"]
 
+#: what a coin release does to the weights: the paper's rule moves them along the coin; "skip" leaves them
+COIN_STEPS = ("move", "skip")
 #: unanimity tolerance tau of Appendix B
 UNANIMITY_TOL = 1e-12
 #: feasibility cap beta_t <= ENTROPY_CAP * h(q+) of Appendix B
@@ -130,7 +143,11 @@ class _PacBase(Mechanism):
         design: ArrayLike | None = None,
         secret: int | None = None,
         seed: SeedLike = None,
+        coin_step: str = "move",
     ) -> None:
+        if coin_step not in COIN_STEPS:
+            raise ValueError(f"coin_step must be one of {COIN_STEPS}; got {coin_step!r}")
+        self.coin_step = coin_step
         m = _int_arg(num_subsets, "num_subsets", 2)
         if m % 2:
             raise ValueError(f"num_subsets must be even (balanced design); got {num_subsets!r}")
@@ -155,7 +172,7 @@ class _PacBase(Mechanism):
 
     # ------------------------------------------------------------------ config
     def _config(self) -> dict[str, Any]:
-        return {"mechanism": self.name, "num_subsets": self.num_subsets}
+        return {"mechanism": self.name, "num_subsets": self.num_subsets, "coin_step": self.coin_step}
 
     def _step_budget(self) -> float:
         """beta_t of the step about to be taken (before the entropy cap)."""
@@ -219,6 +236,8 @@ class _PacBase(Mechanism):
         return True
 
     def _coin(self, q_plus: float, agreement: float) -> Release:
+        if self.coin_step == "skip":  # nothing is drawn and the weights stay where they are
+            return Release(bit=0, branch="coin", coef=0.0, beta=0.0, q_plus=q_plus, agreement=agreement)
         bit = 1 if self._rng.random() < 0.5 else -1
         return Release(bit=bit, branch="coin", coef=float(bit), beta=0.0,
                        q_plus=q_plus, agreement=agreement)
@@ -323,9 +342,9 @@ class _PacBase(Mechanism):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in self._config().items():
-            if key not in state:
+            if key not in state and key != "coin_step":  # states saved before coin_step moved every coin
                 raise ValueError(f"state is missing field {key!r}")
-            if state[key] != value:
+            if state.get(key, "move") != value:
                 if key == "mechanism":
                     raise ValueError(f"field 'mechanism': state is for {state[key]!r}, "
                                      f"this mechanism is {value!r}")
@@ -389,6 +408,7 @@ class _PacBase(Mechanism):
             "num_subsets": self.num_subsets,
             "unanimity_tolerance": UNANIMITY_TOL,
             "tolerance_mi_bound": self._tolerance_mi,
+            "coin_step": self.coin_step,
         }
 
 
@@ -403,6 +423,8 @@ class PacZPL(_PacBase):
         design: ``[M, N]`` balanced design, needed by :meth:`step`.
         secret: j* (default: drawn from the private generator).
         seed: int / Generator / None (OS entropy) for the private generator.
+        coin_step: ``"move"`` (the paper's rule: theta moves along the coin) or ``"skip"``
+            (theta stays; no coin is drawn). See the module docstring.
     """
 
     name = "pac-zpl"
@@ -428,7 +450,8 @@ class PacMI(_PacBase):
         total_mi: total budget MI_tot in nats (>= 0).
         total_steps: T (>= 1).
         schedule: "adaptive" (default) or "uniform".
-        design, secret, seed: as for :class:`PacZPL`.
+        design, secret, seed, coin_step: as for :class:`PacZPL` (``coin_step`` applies to the coins
+            released once the budget is spent or a charge does not fit).
     """
 
     name = "pac-mi"
@@ -443,13 +466,14 @@ class PacMI(_PacBase):
         design: ArrayLike | None = None,
         secret: int | None = None,
         seed: SeedLike = None,
+        coin_step: str = "move",
     ) -> None:
         self.total_mi = _budget_arg(total_mi, "total_mi")
         self.total_steps = _int_arg(total_steps, "total_steps", 1)
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
         self.schedule = schedule
-        super().__init__(num_subsets, design=design, secret=secret, seed=seed)
+        super().__init__(num_subsets, design=design, secret=secret, seed=seed, coin_step=coin_step)
 
     def _config(self) -> dict[str, Any]:
         cfg = super()._config()
