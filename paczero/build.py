@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,7 @@ class Setup:
     dev_enc: list
     test_enc: list
     in_memory: tuple = ()  # what was given as objects in memory (Given.names), not loaded from the config
+    ood_enc: list | None = None  # the encoded out-of-domain test file (config ood_data), evaluated at the end
 
 
 @dataclass
@@ -116,6 +118,7 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
     task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,
                       objective=cfg.objective, max_new_tokens=cfg.max_new_tokens, answer_stop=cfg.answer_stop,
                       max_length=cfg.max_length, labels=cfg.labels)
+    ood_ex = _ood_examples(cfg) if cfg.ood_data and examples is None else None
     encoded, cut = [], []
     for examples_of_split in (train_ex, dev_ex, test_ex):
         encoded.append(task.encode(examples_of_split))
@@ -137,7 +140,22 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
         given.prepared = model
         if cfg.device_map:  # inputs go where the embeddings live
             device = str(model.get_input_embeddings().weight.device)
-    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded, in_memory=given.names())
+    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded, in_memory=given.names(),
+                 ood_enc=None if ood_ex is None else task.encode(ood_ex))
+
+
+def _ood_examples(cfg: TrainConfig) -> list:
+    """Every example of ``cfg.ood_data`` (same task, columns and labels as the training file)."""
+    from paczero.tasks import load_splits
+    from paczero.tasks.data import read_records
+
+    path = Path(cfg.ood_data).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"ood_data {cfg.ood_data!r}: no such file")
+    n = len(read_records(path))
+    _, _, rows = load_splits(cfg.task, source=str(path), n_train=0, n_dev=0, n_test=n, columns=cfg.columns,
+                             labels=cfg.labels)
+    return rows
 
 
 def refuse_in_memory(record: dict, run: str, what: str, data_given: bool = False) -> None:

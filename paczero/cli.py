@@ -127,6 +127,10 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="also score the attacks against the truth (accuracy, AUC, whether j* was found, verdicts): "
                         "computed with the secret j* and the true membership, so the output is PRIVATE and must "
                         "not be published")
+    p.add_argument("--heldout", action="store_true",
+                   help="instead: the attack the field measures, on runs of any mechanism: the released model's loss "
+                        "on the records of U against the held-out test records of the same file (AUC per run, with "
+                        "what bounds it: DP's epsilon does, the PAC guarantee does not)")
 
     # the benchmark (benchmarks/step of a source checkout) parses its own arguments when it runs, so that
     # building this parser reads no benchmark code; a prefix that no argument starts with hands them all over
@@ -264,6 +268,14 @@ def _cmd_audit(ns) -> int:
 
     if ns.bootstrap < 1:
         raise ValueError(f"--bootstrap must be >= 1, got {ns.bootstrap}")
+    if ns.heldout:
+        from paczero.audit import format_heldout, heldout_audit
+
+        if ns.reveal_secret:
+            raise ConfigError("--heldout and --reveal-secret are two audits: run them one at a time")
+        found = heldout_audit(ns.run_dirs, bootstrap=ns.bootstrap)
+        print(json.dumps(found, indent=1) if ns.json else format_heldout(found))
+        return 0
     report = audit(ns.run_dirs, bootstrap=ns.bootstrap, reveal_secret=ns.reveal_secret)
     print(json.dumps(report, indent=1) if ns.json else format_report(report))
     return 0

@@ -15,8 +15,9 @@ from paczero.config import TrainConfig, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = list_recipes()
-NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/"))]  # the paper's cells
+NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/"))]  # the paper's cells
 CPU = [n for n in ALL if n.startswith("cpu-scale/")]  # the CPU-scale table (its data file is not shipped)
+TUNED = [n for n in ALL if n.startswith("cpu-tuned/")]  # the tuned CPU table (data and ood files not shipped)
 DEMO_FILE = REPO / "paczero" / "data" / "demo_sentiment.jsonl"  # a file with the "text" and "label" columns
 
 
@@ -48,6 +49,7 @@ def test_recipe_validates(name):
     assert c.n_train == 1000 and c.n_dev == 500 and c.mu == 1e-3 and c.weight_decay == 0.0
     assert c.model in ("facebook/opt-1.3b", "facebook/opt-6.7b") and c.task in ("sst2", "squad")
     assert c.private_seed is None  # the secret comes from OS entropy
+    assert c.coin_step == "move"  # Algorithm 1: a coin release moves the weights along the coin
 
 
 @pytest.mark.parametrize("name", [n for n in ALL if n.startswith("quickstart/")])
@@ -179,7 +181,7 @@ def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
 
     seen = set()
     for name in list_recipes():
-        data = ["--data", str(DEMO_FILE)] if name in CPU else []
+        data = ["--data", str(DEMO_FILE)] if name in CPU or name in TUNED else []
         assert main(["train", "--recipe", name, "--print-config", *data]) == 0
         printed = capsys.readouterr().out
         path = tmp_path / "printed.yaml"
@@ -306,3 +308,31 @@ def test_cpu_scale_budget_fits_four_hours():
         cell = name.split("/")[1]
         row = next(line for line in readme.splitlines() if line.startswith(f"| `{cell}` |"))
         assert f"about {row.rsplit('|', 2)[1].strip()} min per run" in resolve_recipe(name).read_text()
+
+
+def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
+    """Each method of the tuned table is one cpu-scale cell (all else equal) at 4 learning rates spanning 10x
+    that include the cpu-scale value; the PAC-ZPL cell with both coin rules, PAC-MI at 0.33 and 1e-3 nats
+    (the plateau), DPZero at epsilon 0.5, 1, 2 (the cliff); every run measures the held-out attack.
+    Red if a grid misses its family's cpu-scale lr, or a method's cells differ in more than lr."""
+    import re
+
+    by_method: dict[str, list] = {}
+    for name in TUNED:
+        method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
+        by_method.setdefault(method, []).append(cpu_cfg(name).validate())
+    assert set(by_method) == {"lora-mezo", "lora-zpl", "lora-zpl-skip", "lora-mi0.33-skip", "lora-mi0.001-skip",
+                              "lora-dpzero-eps0.5", "lora-dpzero-eps1", "lora-dpzero-eps2", "lora-dp-aggzo-k4-eps2"}
+    base = {"lora-mezo": 5e-3, "lora-dp": 2.5e-4}
+    for method, cfgs in by_method.items():
+        lrs = sorted(c.lr for c in cfgs)
+        assert len(lrs) == 4 and lrs[-1] / lrs[0] == pytest.approx(10.0)
+        assert (base["lora-dp"] if "dp" in method else base["lora-mezo"]) in lrs
+        rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
+        assert len(rest) == 1, method
+        assert all(c.heldout_attack and c.n_train == 64 for c in cfgs)
+    assert {c.coin_step for c in by_method["lora-zpl"]} == {"move"}
+    assert {c.coin_step for c in by_method["lora-zpl-skip"]} == {"skip"}
+    assert {c.epsilon for m in ("lora-dpzero-eps0.5", "lora-dpzero-eps1", "lora-dpzero-eps2")
+            for c in by_method[m]} == {0.5, 1.0, 2.0}
+    assert {c.mi_budget for m in ("lora-mi0.33-skip", "lora-mi0.001-skip") for c in by_method[m]} == {0.33, 1e-3}
