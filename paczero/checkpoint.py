@@ -5,10 +5,12 @@ A run directory holds::
     .paczero.lock       held (flock) by the process writing the folder (RunLock)
     run.json            public: paczero marker, resolved config, data fingerprint, secret source, directions
     log.jsonl           one public record per step (the transcript and diagnostics)
-    journal.jsonl       mode 0600: each step's record and the mechanism's state after it, written
-                        before the record reaches log.jsonl (paczero.journal: a logged step is final)
+    private/            mode 0700: what no one else may read or see the size of
+      journal.jsonl     mode 0600: each step's record and the mechanism's state after it, written
+                        before the record reaches log.jsonl (paczero.journal: a logged step is final);
+                        every number fixed-width, so its size says nothing of j*
     evals.jsonl         one record per evaluation
-    checkpoints/step-NNNNNN/
+    checkpoints/step-NNNNNN/   (checkpoints/ mode 0700)
         weights.safetensors   trainable parameters only (LoRA: the adapters)
         public.json           step, dev-best bookkeeping, zero-shot metrics, seconds so far
         private.json          mode 0600: mechanism state (secret index, posterior,
@@ -47,7 +49,8 @@ import numpy as np
 MARKER = "paczero-run"
 KEEP = 2
 #: every name a run writes in its folder (docs/outputs.md), besides its lock: what ``--overwrite`` deletes
-RUN_FILES = ("run.json", "log.jsonl", "journal.jsonl", "evals.jsonl", "checkpoints", "best", "selected.safetensors",
+PRIVATE_DIR = "private"
+RUN_FILES = ("run.json", "log.jsonl", PRIVATE_DIR, "journal.jsonl", "evals.jsonl", "checkpoints", "best", "selected.safetensors",
              "model", "summary.json", "rungs", "rungs.jsonl", "curves.png", "tensorboard", "wandb")
 _log = logging.getLogger(__name__)
 
@@ -57,17 +60,23 @@ class CheckpointError(ValueError):
 
 
 # -- a JSON codec that round-trips numpy arrays exactly ----------------------
-def encode(obj: Any) -> Any:
+def encode(obj: Any, fixed: bool = False) -> Any:
+    """JSON-able form of ``obj``; numpy arrays as base64 of their bytes (exact). ``fixed``: every int and
+    float too, as the base64 of its 8 bytes, so that the encoding's length does not depend on any value
+    (private files: their size must not say what they hold, e.g. the number of digits of j*)."""
     if isinstance(obj, np.ndarray):
         arr = np.ascontiguousarray(obj)
         return {"__ndarray__": base64.b64encode(arr.tobytes()).decode("ascii"),
                 "dtype": arr.dtype.str, "shape": list(arr.shape)}
     if isinstance(obj, dict):
-        return {str(k): encode(v) for k, v in obj.items()}
+        return {str(k): encode(v, fixed) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [encode(v) for v in obj]
+        return [encode(v, fixed) for v in obj]
     if isinstance(obj, np.generic):
-        return obj.item()
+        obj = obj.item()
+    if fixed and isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        arr = np.asarray([obj], dtype="<i8" if isinstance(obj, int) else "<f8")
+        return {"__scalar__": base64.b64encode(arr.tobytes()).decode("ascii"), "dtype": arr.dtype.str}
     return obj
 
 
@@ -76,6 +85,8 @@ def decode(obj: Any) -> Any:
         if "__ndarray__" in obj:
             data = base64.b64decode(obj["__ndarray__"])
             return np.frombuffer(data, dtype=np.dtype(obj["dtype"])).reshape(obj["shape"]).copy()
+        if "__scalar__" in obj:
+            return np.frombuffer(base64.b64decode(obj["__scalar__"]), dtype=np.dtype(obj["dtype"]))[0].item()
         return {k: decode(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [decode(v) for v in obj]
@@ -103,8 +114,37 @@ def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
     os.chmod(path, mode)
 
 
+def public_mode() -> int:
+    """The mode the user's umask gives any new file (0644 under the usual umask 022)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def write_json(path: Path, obj: Any, *, private: bool = False) -> None:
-    _write(path, json.dumps(encode(obj), indent=None if private else 1).encode(), 0o600 if private else 0o644)
+    """``obj`` as JSON; ``private``: mode 0600 and the fixed-width encoding (:func:`encode`), else the mode
+    of any new file."""
+    _write(path, json.dumps(encode(obj, fixed=private), indent=None if private else 1).encode(),
+           0o600 if private else public_mode())
+
+
+def save_weights(path: Path, tensors: dict) -> None:
+    """Tensors to a safetensors file, atomically (a temporary file renamed into place), with the mode of any
+    new file: released weights are public."""
+    from safetensors.torch import save_file
+
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp))
+    os.chmod(tmp, public_mode())
+    os.replace(tmp, path)
+
+
+def private_dir(run_dir: Path) -> Path:
+    """``RUN/private/``, mode 0700: where a run keeps what no one else may read, or even see the size of."""
+    path = Path(run_dir) / PRIVATE_DIR
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
 
 
 def atomic_json(path: Path, obj: Any) -> None:
@@ -133,6 +173,7 @@ def _save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, priv
 
     root = run_dir / "checkpoints"
     root.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
     final = root / f"step-{step:06d}"
     for stale in root.glob(".tmp-step-*"):  # left by a write that was killed
         shutil.rmtree(stale, ignore_errors=True)

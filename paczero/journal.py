@@ -1,6 +1,7 @@
 """The private journal of a run: a published step is final.
 
-``journal.jsonl`` (mode 0600, in the run folder) holds one line per step: the
+``private/journal.jsonl`` (mode 0600, in the run folder's owner-only ``private/``;
+every number in it fixed-width, so that not even its size depends on j*) holds one line per step: the
 step's public record and the mechanism's state *after* its release (the
 secret index, the posterior, the private generator's state, the MI charged so
 far). Its first line holds the mechanism's state before the first step,
@@ -32,18 +33,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from paczero.checkpoint import CheckpointError, decode, encode, list_checkpoints
+from paczero.checkpoint import PRIVATE_DIR, CheckpointError, decode, encode, list_checkpoints, private_dir
 from paczero.config import ConfigError, TrainConfig
 
-NAME = "journal.jsonl"
+NAME = f"{PRIVATE_DIR}/journal.jsonl"
+OLD_NAME = "journal.jsonl"  # where runs written by paczero 0.1 keep it (read and continued there)
 #: config keys a resumed run may give other values than the original: where and how fast the same steps
 #: run, and what is shown. Every other key changes what the steps compute, release or select, and a resume
 #: that changes it is refused (:func:`check_resumed_config`).
 RESUME_FREE = frozenset({"device", "device_map", "compile", "progress", "report_to", "checkpoint_every",
                          "eval_zero_shot", "out_dir", "overwrite", "resume", "push_to_hub", "hub_private"})
 
-__all__ = ["NAME", "RESUME_FREE", "Journal", "ResumePoint", "check_resumed_config", "read_jsonl", "recorded_data",
+__all__ = ["NAME", "RESUME_FREE", "Journal", "journal_path", "ResumePoint", "check_resumed_config", "read_jsonl", "recorded_data",
            "resume_point"]
+
+
+def journal_path(run_dir: Path) -> Path:
+    """The run's journal: ``private/journal.jsonl``, or ``journal.jsonl`` for a run that began with one there."""
+    old = Path(run_dir) / OLD_NAME
+    return old if old.exists() and not (Path(run_dir) / NAME).exists() else Path(run_dir) / NAME
 
 
 def _strip_design(state: dict[str, Any]) -> dict[str, Any]:
@@ -54,13 +62,15 @@ class Journal:
     """Append-only, owner-only, fsync'd: :meth:`start` once per run, :meth:`step` once per step."""
 
     def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / NAME
+        self.path = journal_path(run_dir)
+        if self.path.parent != Path(run_dir):
+            private_dir(run_dir)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.fchmod(fd, 0o600)
         self._file = os.fdopen(fd, "a")
 
     def _write(self, entry: dict[str, Any]) -> None:
-        self._file.write(json.dumps(encode(entry)) + "\n")
+        self._file.write(json.dumps(encode(entry, fixed=True)) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
@@ -82,9 +92,9 @@ def recorded_data(run_dir: Path) -> dict[str, Any]:
     """What identifies a run's data for a resume: run.json's ``data_fingerprint``, else the journal's."""
     record = json.loads((Path(run_dir) / "run.json").read_text())
     if record.get("data_fingerprint") is None:
-        entries = read_jsonl(Path(run_dir) / NAME, NAME)
+        entries = read_jsonl(journal_path(run_dir), NAME)
         if entries:
-            record["data_fingerprint"] = entries[0].get("data_fingerprint")
+            record["data_fingerprint"] = decode(entries[0]).get("data_fingerprint")
     return record
 
 
@@ -155,7 +165,7 @@ def resume_point(run_dir: Path, checkpoint_step: int | None) -> ResumePoint:
     run_dir = Path(run_dir)
     log = read_jsonl(run_dir / "log.jsonl", "log.jsonl")
     if checkpoint_step is None and list_checkpoints(run_dir):  # each one damaged: never passed over in silence
-        journaled = bool(read_jsonl(run_dir / NAME, NAME))
+        journaled = bool(read_jsonl(journal_path(run_dir), NAME))
         raise CheckpointError(
             f"cannot resume {str(run_dir)!r}: none of its {len(list_checkpoints(run_dir))} checkpoints verifies (see "
             "the warnings above); restore its checkpoints/ folder from a backup, or " + (
@@ -165,7 +175,7 @@ def resume_point(run_dir: Path, checkpoint_step: int | None) -> ResumePoint:
     for i, rec in enumerate(log):
         if rec.get("step") != i:
             raise CheckpointError(f"cannot resume: log.jsonl line {i + 1} is not step {i}")
-    entries = read_jsonl(run_dir / NAME, NAME)
+    entries = read_jsonl(journal_path(run_dir), NAME)
     if not entries:
         last = checkpoint_step or 0
         if len(log) > last:

@@ -27,6 +27,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from paczero.checkpoint import save_weights
+
 RUNGS_FILE = "rungs.jsonl"
 
 
@@ -109,12 +111,8 @@ def _recorded_dev(path: Path, step: int) -> dict | None:
 
 
 def _save(path: Path, params) -> None:
-    """Trainable weights to a safetensors file, atomically."""
-    from safetensors.torch import save_file
-
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file({name: p.detach().contiguous().cpu() for name, p in params}, str(tmp))
-    os.replace(tmp, path)
+    """Trainable weights to a safetensors file, atomically, readable as any new file is."""
+    save_weights(path, dict(params))
 
 
 def log_line(record: dict[str, Any], metric: str) -> str:

@@ -60,11 +60,15 @@ class SecureGenerator:
         self._counter = int(counter)
 
     @classmethod
-    def from_seed(cls, seed: int) -> "SecureGenerator":
-        """A reproducible stream keyed from an integer (tests and exact reproduction only)."""
+    def from_seed(cls, seed: int, purpose: str = "private") -> "SecureGenerator":
+        """A reproducible stream keyed from an integer (tests and exact reproduction only). ``purpose``
+        separates the streams one seed keys: ``"private"`` (coins, noise, masks) and ``"secret"`` (j* and
+        the candidate design) give unrelated keys."""
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative int; got {seed!r}")
-        key = hashlib.sha256(b"paczero-private-seed\x00" + str(int(seed)).encode()).digest()
+        if purpose not in ("private", "secret"):
+            raise ValueError(f"purpose must be 'private' or 'secret'; got {purpose!r}")
+        key = hashlib.sha256(f"paczero-{purpose}-seed".encode() + b"\x00" + str(int(seed)).encode()).digest()
         return cls(key)
 
     # ------------------------------------------------------------------ state

@@ -19,7 +19,7 @@ from numpy.typing import ArrayLike
 
 from .secure_random import SecureGenerator
 
-__all__ = ["private_generator", "balanced_design", "subset_signs"]
+__all__ = ["private_generator", "secret_generator", "balanced_design", "subset_signs"]
 
 SeedLike = int | np.random.Generator | SecureGenerator | None
 
@@ -45,6 +45,21 @@ def private_generator(seed: SeedLike = None) -> "SecureGenerator | np.random.Gen
     if seed < 0:
         raise ValueError(f"seed must be non-negative; got {seed!r}")
     return SecureGenerator.from_seed(int(seed))
+
+
+def secret_generator(seed: int | None = None) -> SecureGenerator:
+    """The generator of a run's secret draws (the index j* and the candidate design), on a key of its own.
+
+    ``None`` draws its own 256-bit key from the OS's CSPRNG, independent of the key of
+    :func:`private_generator` (coins, noise, Poisson masks): what a run publishes is then a function of
+    a key that j* does not depend on, and PAC-ZPL's I = 0 needs no assumption about SHAKE-256. An
+    ``int`` derives a key apart from the private stream's (tests and exact reproduction only).
+    """
+    if seed is None:
+        return SecureGenerator()
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be None or a non-negative int; got {seed!r}")
+    return SecureGenerator.from_seed(int(seed), purpose="secret")
 
 
 def balanced_design(n_examples: int, n_subsets: int, rng: SeedLike = None) -> np.ndarray:

@@ -41,7 +41,7 @@ from typing import Any, Callable
 import yaml
 
 from paczero.checkpoint import RunLock
-from paczero.config import ConfigError, TrainConfig, load_yaml
+from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
 
 #: status values in sweep.jsonl
 STATUSES = ("skipped", "started", "done", "failed", "stopped", "submitted")
@@ -244,15 +244,27 @@ def visible_gpus(spec: str | None) -> list[str] | None:
 
 # ---------------------------------------------------------------------------- running
 class _Journal:
-    """sweep.jsonl: one JSON record per decision or outcome, written under a lock."""
+    """sweep.jsonl: one JSON record per decision or outcome, written under a lock.
+
+    A cell's record carries no clock time: a DP baseline's run time depends on its private Poisson
+    batches, and the times of its neighbours' records would bracket it. Only the sweep's own start and
+    end are timed (``{"sweep": "start" | "end", "time": ...}``), and ``seconds`` (a cell's duration)
+    only for cells whose duration is public (``private_time`` False)."""
 
     def __init__(self, path: Path, echo: Callable[[str], None]):
         self.path, self.echo, self.lock = path, echo, threading.Lock()
         path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, cell: Cell, status: str, **extra: Any) -> dict:
-        rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "recipe": cell.recipe, "seed": cell.seed,
-               "run_dir": str(cell.run_dir), "status": status, **extra}
+    def mark(self, what: str) -> None:
+        """The sweep's own start or end, with the clock time."""
+        with self.lock:
+            with open(self.path, "a") as f:
+                f.write(json.dumps({"sweep": what, "time": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+
+    def write(self, cell: Cell, status: str, private_time: bool = False, **extra: Any) -> dict:
+        if private_time:
+            extra.pop("seconds", None)
+        rec = {"recipe": cell.recipe, "seed": cell.seed, "run_dir": str(cell.run_dir), "status": status, **extra}
         with self.lock:
             with open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -288,6 +300,8 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     journal = _Journal(Path(out_root).expanduser() / "sweep.jsonl", echo)
     queued = _queued_jobs(journal)
     todo: list[tuple[Cell, bool]] = []
+    private_time: set[Path] = set()  # DP cells: their duration depends on their private batches
+    journal.mark("start")
     results: list[dict] = []
     for cell in cells:  # validate every config before starting anything
         state = cell.state()
@@ -306,7 +320,9 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
             results.append(journal.write(cell, "skipped", reason=f"SLURM job {queued[cell.run_dir]} is still queued",
                                          job_id=queued[cell.run_dir]))
             continue
-        materialise(cell, overrides)
+        cfg = materialise(cell, overrides)
+        if cfg.mechanism in DP_MECHANISMS:
+            private_time.add(cell.run_dir)
         todo.append((cell, state == "killed"))
     if slurm is not None:
         return results + _submit_slurm(todo, slurm, journal)
@@ -341,8 +357,8 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
                 rc = proc.wait()
             running.pop(str(gpu), None)
             status = "done" if rc == 0 and cell.state() == "done" else ("stopped" if rc == 130 else "failed")
-            rec = journal.write(cell, status, returncode=rc, seconds=round(time.time() - t0, 1), resumed=resume,
-                                gpu=gpu, log=str(cell.log_path))
+            rec = journal.write(cell, status, cell.run_dir in private_time, returncode=rc,
+                                seconds=round(time.time() - t0, 1), resumed=resume, gpu=gpu, log=str(cell.log_path))
             with lock:
                 results.append(rec)
 
@@ -358,6 +374,7 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
             stopping.set()
             for proc in list(running.values()):
                 proc.send_signal(signal.SIGINT)
+    journal.mark("end")
     if interrupted:
         raise KeyboardInterrupt
     return results

@@ -16,6 +16,10 @@ Tags (TensorBoard scalars; W&B history keys), at the global step ``steps done``:
 ``dev/<metric>`` per evaluation; ``privacy/epsilon`` (DP) per evaluation; ``test/<metric>`` and the
 privacy statement's numbers (``privacy/mi_bound``, ``privacy/mia_bound``, ``privacy/epsilon_rdp``, ...) at
 the end.
+
+A DP baseline's step time grows with its private Poisson batch, so a DP run's tracker publishes no timing:
+its values are held back and written when the run ends, TensorBoard's events with the global step as their
+wall time (constant spacing), W&B's in one burst at the end.
 """
 from __future__ import annotations
 
@@ -63,6 +67,19 @@ class Tracker:
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, accounting: dict | None = None):
         self.cfg, self.run_dir, self.accounting = cfg, run_dir, accounting
+        #: a DP run's values, held back until the run ends (their times would follow the private batches)
+        self._held: list[tuple[dict[str, float], int]] | None = [] if cfg.mechanism in DP_MECHANISMS else None
+
+    def _emit(self, values: dict[str, float], step: int) -> None:
+        if self._held is not None:
+            self._held.append((values, step))
+        else:
+            self._scalars(values, step)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, None
+        for values, step in held or ():
+            self._scalars(values, step, walltime=float(step))
 
     # -- what the training loop calls
     def step(self, record: dict) -> None:
@@ -70,17 +87,18 @@ class Tracker:
         values = {tag: record[key] for key, tag in STEP_TAGS.items() if _number(record.get(key))}
         if self.cfg.mechanism in DP_MECHANISMS:
             values = {t: v for t, v in values.items() if not t.startswith("privacy/")}  # DP: MI is not its measure
-        self._scalars(values, record["step"] + 1)
+        self._emit(values, record["step"] + 1)
 
     def evaluation(self, step: int, dev: dict) -> None:
         """One dev evaluation after ``step`` steps (evals.jsonl's record); DP: the epsilon spent so far."""
         values = {f"dev/{k}": v for k, v in dev.items() if _number(v)}
         if self.accounting is not None:
             values["privacy/epsilon"] = dp_epsilon(self.accounting, step)
-        self._scalars(values, step)
+        self._emit(values, step)
 
     def close(self, summary: dict | None = None) -> None:
         """End the tracker; ``summary`` (summary.json) adds the test metrics and the privacy statement's numbers."""
+        self._release_held()
         if summary is not None:
             final = {f"test/{k}": v for k, v in (summary.get("test") or {}).items() if _number(v)}
             final.update({f"zero_shot/{k}": v for k, v in ((summary.get("zero_shot") or {}).get("test") or {}).items()
@@ -97,14 +115,15 @@ class Tracker:
 
     def __exit__(self, kind, value, traceback) -> None:
         if kind is not None:  # a run that stops on an error ends its tracker here (close() ends the others)
+            self._release_held()
             self._end(failed=True)
 
     # -- what a tracker implements
-    def _scalars(self, values: dict[str, float], step: int) -> None:
+    def _scalars(self, values: dict[str, float], step: int, walltime: float | None = None) -> None:
         pass
 
     def _final(self, values: dict[str, float], step: int) -> None:
-        self._scalars(values, step)
+        self._scalars(values, step, walltime=float(step) if self.cfg.mechanism in DP_MECHANISMS else None)
 
     def _end(self, failed: bool) -> None:
         pass
@@ -120,9 +139,9 @@ class TensorBoardTracker(Tracker):
         self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
         self.writer.add_text("config", "```\n" + json.dumps(public_config(cfg), indent=1, default=str) + "\n```")
 
-    def _scalars(self, values: dict[str, float], step: int) -> None:
+    def _scalars(self, values: dict[str, float], step: int, walltime: float | None = None) -> None:
         for tag, v in values.items():
-            self.writer.add_scalar(tag, float(v), global_step=step)
+            self.writer.add_scalar(tag, float(v), global_step=step, walltime=walltime)
 
     def _end(self, failed: bool) -> None:
         if self.writer is not None:
@@ -149,7 +168,7 @@ class WandbTracker(Tracker):
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "paczero"), name=run_dir.name, id=run_id,
                               resume="allow", dir=str(run_dir), config=public_config(cfg))
 
-    def _scalars(self, values: dict[str, float], step: int) -> None:
+    def _scalars(self, values: dict[str, float], step: int, walltime: float | None = None) -> None:
         if values:
             self.run.log(values, step=step)
 

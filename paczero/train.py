@@ -29,7 +29,7 @@ import numpy as np
 from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
                            trainable_state)
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, load_latest_checkpoint,
-                                prepare_run_dir, save_checkpoint)
+                                prepare_run_dir, save_checkpoint, save_weights)
 from paczero.curves import write_run_curves
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
 from paczero.journal import Journal, check_resumed_config, read_jsonl, recorded_data, resume_point
@@ -54,10 +54,13 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 
 def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Generator,
-                   design: np.ndarray | None = None):
-    """The configured mechanism; the candidate design and the secret come from the private generator.
+                   design: np.ndarray | None = None, secret_rng=None):
+    """The configured mechanism. The candidate design and the secret index j* come from ``secret_rng``
+    (a key of their own, :func:`paczero.subsets.secret_generator`; default: ``private_rng``), the
+    coins, noise and Poisson masks from ``private_rng``.
 
-    ``design`` is given when resuming (the checkpoint's design); otherwise it is drawn.
+    ``design`` is given when resuming (the checkpoint's design); otherwise it is drawn. A resumed
+    mechanism's j* comes from its saved state.
     """
     from paczero.mechanisms import build_mechanism
     from paczero.subsets import balanced_design
@@ -72,19 +75,22 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
         return (DPAggZO if name == "dp-aggzo" else DPZeroAggZO1)(  # dpzero-aggzo1: DP-AggZO's code at K = 1
             n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip, cfg.num_directions,
             accountant=cfg.accountant, seed=private_rng)
-    if design is None:
-        design = balanced_design(n_universe, cfg.num_subsets, private_rng)
-    if name == "pac-zpl":
-        return build_mechanism(name, num_subsets=cfg.num_subsets, design=design, seed=private_rng)
-    if name == "pac-mi":
-        return build_mechanism(name, num_subsets=cfg.num_subsets, total_mi=cfg.mi_budget, total_steps=cfg.steps,
-                               schedule=cfg.schedule, design=design, seed=private_rng)
-    if name == "hybrid":
-        return build_mechanism(name, num_subsets=cfg.num_subsets, total_mi=cfg.mi_budget, total_steps=cfg.steps,
-                               switch_step=cfg.switch_step, schedule=cfg.schedule, design=design, seed=private_rng)
     if name == "mezo":
         return build_mechanism(name, batch_size=cfg.batch_size, seed=cfg.seed)
-    return build_mechanism(name, num_subsets=cfg.num_subsets, design=design, seed=private_rng)
+    secret_rng = private_rng if secret_rng is None else secret_rng
+    if design is None:
+        design = balanced_design(n_universe, cfg.num_subsets, secret_rng)
+    secret = int(secret_rng.integers(cfg.num_subsets))
+    common = dict(num_subsets=cfg.num_subsets, design=design, secret=secret, seed=private_rng)
+    if name == "pac-zpl":
+        return build_mechanism(name, coin_step=cfg.coin_step, **common)
+    if name == "pac-mi":
+        return build_mechanism(name, total_mi=cfg.mi_budget, total_steps=cfg.steps, schedule=cfg.schedule,
+                               coin_step=cfg.coin_step, **common)
+    if name == "hybrid":
+        return build_mechanism(name, total_mi=cfg.mi_budget, total_steps=cfg.steps, switch_step=cfg.switch_step,
+                               schedule=cfg.schedule, coin_step=cfg.coin_step, **common)
+    return build_mechanism(name, **common)
 
 
 def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict[str, Any]:
@@ -150,7 +156,7 @@ def _claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
 
 def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = None) -> dict[str, Any]:
     from paczero.models import compile_body, trainable_parameters
-    from paczero.subsets import private_generator
+    from paczero.subsets import private_generator, secret_generator
     from paczero.zo import Perturber, zo_step
 
     t_setup = time.time()
@@ -171,7 +177,8 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = No
         saved_design = point.mechanism.get("design")
     else:
         saved_design = found[3]["mechanism"].get("design") if found else None
-    mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design)
+    mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design,
+                               secret_rng=secret_generator(cfg.private_seed))
     full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
     log_path, eval_path = run_dir / "log.jsonl", run_dir / "evals.jsonl"
 
@@ -221,7 +228,10 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = No
 
     if weights_step == 0 and cfg.eval_zero_shot and zero_shot is None:  # the weights are the base model's
         zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
-        log(f"zero-shot: dev {_fmt(zero_shot['dev'])} | test {_fmt(zero_shot['test'])}")
+        if setup.ood_enc is not None:
+            zero_shot["ood_test"] = evaluate(setup, setup.ood_enc)
+        log(f"zero-shot: dev {_fmt(zero_shot['dev'])} | test {_fmt(zero_shot['test'])}"
+            + (f" | ood test {_fmt(zero_shot['ood_test'])}" if setup.ood_enc is not None else ""))
 
     ladder = Ladder(cfg, setup, run_dir, params, upto=start)  # T-ladder rungs along this trajectory, if any
     tracker = open_tracker(cfg, run_dir, mechanism)  # report_to: the public values, live (paczero/trackers.py)
@@ -359,6 +369,15 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "seconds_per_step": None if _private_batches(cfg) else seconds / cfg.steps,
         "environment": environment(setup.device),
     }
+    if setup.ood_enc is not None:  # config ood_data: the out-of-domain test file, whole
+        summary["ood_test"] = evaluate(setup, setup.ood_enc)
+        log(f"fine-tuned ood test {_fmt(summary['ood_test'])} ({cfg.ood_data})")
+    if cfg.heldout_attack:  # the loss attack on the released weights: U's records vs the held-out test records
+        from paczero.audit import heldout_attack
+
+        summary["heldout_attack"] = heldout_attack(setup)
+        log(f"train-vs-held-out loss attack: AUC {summary['heldout_attack']['auc']:.3f} "
+            f"({summary['heldout_attack']['bounded_by']})")
     if cfg.rungs:  # the ladder: the weights of this one trajectory at each rung (paczero/rungs.py)
         summary["rungs"] = read_rungs(run_dir)
     write_release(setup, run_dir / "model", summary)  # weights, tokenizer, task.json, model card
@@ -422,12 +441,8 @@ def _save_best(run_dir: Path, params) -> None:
 
 
 def _save_weights(path: Path, params) -> None:
-    """Trainable weights to a safetensors file, atomically."""
-    from safetensors.torch import save_file
-
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file({k: v.contiguous().cpu() for k, v in trainable_state(params).items()}, str(tmp))
-    os.replace(tmp, path)
+    """Trainable weights to a safetensors file, atomically, readable as any new file is."""
+    save_weights(path, trainable_state(params))
 
 
 def selection_metric(cfg: TrainConfig, task) -> str:
@@ -493,6 +508,10 @@ def _progress(cfg: TrainConfig, start: int):
     from tqdm.auto import tqdm
 
     # into a file (a sweep's cell log, a batch job's output) a line a minute, not ten a second
-    timeless = {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"} if _private_batches(cfg) else {}
+    pace = {"mininterval": 0.1 if sys.stderr.isatty() else 60.0}
+    if _private_batches(cfg):  # no rate, no elapsed time; into a file a line every tenth of the run, never on a clock
+        pace = {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"}
+        if not sys.stderr.isatty():
+            pace.update(mininterval=0.0, maxinterval=float("inf"), miniters=max(1, cfg.steps // 10))
     return tqdm(total=cfg.steps, initial=start, disable=not cfg.progress, unit="step", dynamic_ncols=True,
-                file=sys.stderr, mininterval=0.1 if sys.stderr.isatty() else 60.0, **timeless)
+                file=sys.stderr, **pace)

@@ -76,7 +76,7 @@ def test_a_model_object_trains_on_a_dataset_and_comes_back_with_the_released_wei
     # the summary and the folder are those of `paczero train`
     assert result.privacy["mi_bound"] == (0.0 if mechanism == "pac-zpl" else 0.1)
     assert result.statement and result.statement == result.summary["privacy_text"]
-    for name in ("run.json", "log.jsonl", "journal.jsonl", "evals.jsonl", "summary.json", "checkpoints/step-000004",
+    for name in ("run.json", "log.jsonl", "private/journal.jsonl", "evals.jsonl", "summary.json", "checkpoints/step-000004",
                  "model/README.md"):
         assert (result.run_dir / name).exists(), name
     run = json.loads((result.run_dir / "run.json").read_text())

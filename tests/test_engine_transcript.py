@@ -4,8 +4,9 @@
 (minus the step time; ``train_loss``, a float32 diagnostic, rounded to 5 digits), the sha256 of its
 selected weights, two float64 figures of the weights' change (sum and L2 norm of selected − initial)
 and its privacy statement's MI fields, as produced by the engine when the file was written
-(``python tests/test_engine_transcript.py`` rewrites it together with the environment it was written
-in; do that only for a change that is meant to move z or the arithmetic, and say so in the commit).
+(``python tests/test_engine_transcript.py [NAME ...]`` rewrites them, each with the environment it was
+written in; do that only for a change that is meant to move z, the arithmetic or the private streams,
+and say so in the commit).
 z on CPU comes from torch's generator per chunk. Red on any change to z, to the perturbation or
 update arithmetic, to the scalars, to the mechanisms or to the private stream.
 
@@ -150,9 +151,8 @@ def test_fixed_seed_run_reproduces_the_stored_transcript(name, tmp_path_factory,
     more than ``FORWARD_RTOL``."""
     monkeypatch.setenv("PACZERO_TORCH_DIRECTIONS", "1")
     got = _run_once(name, tmp_path_factory)
-    stored = json.loads(DATA.read_text())
-    want = stored["runs"][name]
-    if stored.get("environment") == environment():
+    want = json.loads(DATA.read_text())[name]
+    if want.get("environment") == environment():
         assert got["records"] == want["records"]
         assert got["privacy"] == want["privacy"]
         assert got["selected_sha256"] == want["selected_sha256"]
@@ -180,7 +180,9 @@ if __name__ == "__main__":  # rewrite the stored transcripts with the engine as 
     import tempfile
 
     os.environ["PACZERO_TORCH_DIRECTIONS"] = "1"
+    stored = json.loads(DATA.read_text()) if DATA.exists() else {}
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {name: _run(name, Path(tmp) / name) for name in sorted(RUNS)}
-    DATA.write_text(json.dumps({"environment": environment(), "runs": runs}, indent=1) + "\n")
+        for name in sys.argv[1:] or sorted(RUNS):
+            stored[name] = {**_run(name, Path(tmp) / name), "environment": environment()}
+    DATA.write_text(json.dumps(stored, indent=1) + "\n")
     print(f"wrote {DATA}", file=sys.stderr)

@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from paczero.checkpoint import decode
+
 from paczero.cli import main
 from paczero.config import TrainConfig
 from paczero.train import train
@@ -275,7 +277,7 @@ def test_resume_of_a_run_that_predates_the_record_of_its_directions_says_so(refe
     a checkpoint at its last logged step, with a warning about the directions."""
     out = tmp_path / "run"
     shutil.copytree(reference, out)
-    (out / "journal.jsonl").unlink()
+    (out / "private" / "journal.jsonl").unlink()
     (out / "summary.json").unlink()
     meta = json.loads((out / "run.json").read_text())
     del meta["directions"]
@@ -291,7 +293,7 @@ def test_a_run_without_journal_is_not_continued_past_its_logged_steps(reference,
     re-running from the checkpoint."""
     out = tmp_path / "run"
     shutil.copytree(reference, out)
-    (out / "journal.jsonl").unlink()
+    (out / "private" / "journal.jsonl").unlink()
     shutil.rmtree(out / "checkpoints" / f"step-{STEPS:06d}")
     before = (out / "log.jsonl").read_text()
     assert main(_flags(out) + ["--resume"]) == 2
@@ -407,7 +409,7 @@ def test_a_logged_step_is_final(mechanism, tmp_path, capsys, one_thread):
     assert p.returncode == -signal.SIGKILL
     published = _lines(out)
     assert len(published) == 6 and [c.name for c in (out / "checkpoints").iterdir()] == ["step-000004"]
-    assert oct((out / "journal.jsonl").stat().st_mode & 0o777) == "0o600"
+    assert oct((out / "private" / "journal.jsonl").stat().st_mode & 0o777) == "0o600"
 
     record = (out / "run.json").read_text()
     _record_other_directions(out)
@@ -495,16 +497,16 @@ def test_a_run_none_of_whose_checkpoints_verifies_is_not_resumed_in_silence(refe
         "again to rebuild the weights from the base model by replaying its logged steps")
     assert all(line.startswith("paczero: warning: checkpoint step-") for line in err[:-1]) and len(err) == 3
     assert _files(out) == files
-    secret = json.loads((out / "journal.jsonl").read_text().splitlines()[0])["mechanism"]["secret"]
+    secret = decode(json.loads((out / "private" / "journal.jsonl").read_text().splitlines()[0]))["mechanism"]["secret"]
     shutil.move(out / "checkpoints", tmp_path / "damaged")
     assert main(_flags(out) + ["--resume"]) == 0
     assert f"resuming from step {STEPS} (weights of step 0, {STEPS} logged steps replayed)" in capsys.readouterr().out
     _assert_same_run(out, reference)
-    assert json.loads((out / "journal.jsonl").read_text().splitlines()[0])["mechanism"]["secret"] == secret
+    assert decode(json.loads((out / "private" / "journal.jsonl").read_text().splitlines()[0]))["mechanism"]["secret"] == secret
 
     old = tmp_path / "old"
     shutil.copytree(reference, old)
-    (old / "journal.jsonl").unlink()
+    (old / "private" / "journal.jsonl").unlink()
     for ckpt in (old / "checkpoints").iterdir():
         (ckpt / "manifest.json").unlink()
     assert main(_flags(old) + ["--resume"]) == 2

@@ -123,7 +123,7 @@ def test_the_released_folder_is_public_and_portable(small):
     folder = out / "model"
     for path in folder.iterdir():
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path.name
-    assert stat.S_IMODE((out / "journal.jsonl").stat().st_mode) == 0o600
+    assert stat.S_IMODE((out / "private" / "journal.jsonl").stat().st_mode) == 0o600
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in out.glob("checkpoints/*/private.json"))
     names = {p.name for p in folder.iterdir()}
     assert {"README.md", TASK_FILE, "tokenizer.json"} <= names

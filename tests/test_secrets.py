@@ -9,13 +9,13 @@ bits are public by design.
 """
 from __future__ import annotations
 
-import base64
 import json
 import stat
 
 import numpy as np
 import torch
 
+from paczero.checkpoint import decode
 from paczero.cli import main
 
 FORBIDDEN = ("secret", "j_star", "posterior", "log_posterior", "signs", "rng_state", "design")
@@ -51,16 +51,18 @@ def test_secrets_stay_in_private_files(tmp_path, capsys):
 
     private_files = sorted(run.glob("checkpoints/*/private.json"))
     assert private_files
-    assert stat.S_IMODE((run / "journal.jsonl").stat().st_mode) == 0o600
+    assert stat.S_IMODE((run / "private" / "journal.jsonl").stat().st_mode) == 0o600
+    assert stat.S_IMODE((run / "private").stat().st_mode) == 0o700
     for p in private_files:
         assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
     assert stat.S_IMODE((run / "checkpoints").stat().st_mode) == 0o700
-    state = json.loads(private_files[-1].read_text())["mechanism"]
+    raw = json.loads(private_files[-1].read_text())["mechanism"]
+    state = decode(raw)
     secret = state["secret"]
     assert isinstance(secret, int) and 0 <= secret < 8 and "log_posterior" in state
-    design_b64 = state["design"]["__ndarray__"]
+    design_b64 = raw["design"]["__ndarray__"]
     rng_word = state["rng_state"]["key"]  # the key of the private stream
-    log_post = np.frombuffer(base64.b64decode(state["log_posterior"]["__ndarray__"]), dtype=np.float64)
+    log_post = state["log_posterior"]
 
     blobs = {"console": console.encode()}
     for path in run.rglob("*"):

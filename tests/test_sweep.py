@@ -24,7 +24,8 @@ TINY = ["model=tiny-llama", "task=demo", "n_train=16", "n_dev=8", "n_test=8", "s
 
 
 def journal(root: Path) -> list[dict]:
-    return [json.loads(line) for line in (root / "sweep.jsonl").read_text().splitlines()]
+    """The cell records of the sweep journal (its own start and end marks left out)."""
+    return [r for r in map(json.loads, (root / "sweep.jsonl").read_text().splitlines()) if "sweep" not in r]
 
 
 def test_expand_recipes_names_globs_tables_and_paths(tmp_path):
@@ -119,6 +120,9 @@ def test_sweep_runs_skips_finished_and_resumes_killed(tmp_path):
     summary = json.loads((cell.run_dir / "summary.json").read_text())
     assert summary["config"]["seed"] == 0 and summary["privacy"]["mi_spent"] <= 0.05 + 1e-9
     statuses = [r["status"] for r in journal(root)]
+    raw = [json.loads(line) for line in (root / "sweep.jsonl").read_text().splitlines()]
+    assert all("time" not in r for r in raw if "sweep" not in r)  # a cell's record: no clock time to bracket a run
+    assert [r["sweep"] for r in raw if "sweep" in r][:2] == ["start", "end"] and all(r["time"] for r in raw if "sweep" in r)
     assert statuses == ["started", "done", "skipped", "started", "done"]
 
 

@@ -549,7 +549,7 @@ def test_a_run_stopped_before_its_first_release_resumes_from_scratch(tmp_path):
     out = tmp_path / "run"
     cfg = TrainConfig(**TINY, out_dir=str(out))
     train(cfg, log=_quiet)
-    for name in ("journal.jsonl", "log.jsonl", "evals.jsonl", "summary.json"):
+    for name in ("private/journal.jsonl", "log.jsonl", "evals.jsonl", "summary.json"):
         (out / name).unlink()
     import shutil
     shutil.rmtree(out / "checkpoints")

@@ -45,8 +45,9 @@ def sweep_root(records: list[dict]) -> str | None:
 
 
 def sweep_span(records: list[dict]) -> tuple[str, str] | None:
-    """The first and the last time the sweep recorded (ISO, local time of the machine)."""
-    times = sorted(str(r["time"]) for r in records if r.get("time"))
+    """The first and the last time the sweeps recorded (ISO, local time of the machine): their own start and
+    end records (a cell's record carries no time)."""
+    times = sorted(str(r["time"]) for r in records if r.get("time") and r.get("sweep"))
     return (times[0], times[-1]) if times else None
 
 
@@ -121,8 +122,9 @@ def keep_runs(runs: list[Run], root: Path, dest: Path) -> int:
         target = dest / path.relative_to(root)
         if dest.resolve() in path.resolve().parents or path.resolve() == target.resolve():
             continue
-        records = [{**rec, "time": None, "seconds": None} if (rec.get("recipe"), rec.get("seed")) in private_time
-                   else rec for rec in read_records(path)]
+        records = [{k: v for k, v in rec.items() if k not in ("time", "seconds")}
+                   if (rec.get("recipe"), rec.get("seed")) in private_time
+                   else {k: v for k, v in rec.items() if k != "time" or rec.get("sweep")} for rec in read_records(path)]
         target.parent.mkdir(parents=True, exist_ok=True)  # a DP run's time depends on its private batches
         target.write_text("".join(json.dumps(rec) + "\n" for rec in records))
         copied += 1
@@ -158,7 +160,7 @@ def made_by(runs: list[Run], records: list[dict], root: str, report_args: str | 
     lines += ["Machines (summary.json `environment`):", "", *(f"- {m}" for m in machines(runs)), ""]
     dp_runs = {(r.cell, r.seed) for r in runs if r.cfg.get("mechanism") in DP_MECHANISMS}
     walls = wall_seconds(records)
-    span = sweep_span([rec for rec in records if (rec.get("recipe"), rec.get("seed")) not in dp_runs])
+    span = sweep_span(records)
     timed = [r for r in runs if (r.cell, r.seed) in walls and r.cfg.get("mechanism") not in DP_MECHANISMS]
     if timed:
         dp = len(dp_runs)
@@ -167,7 +169,7 @@ def made_by(runs: list[Run], records: list[dict], root: str, report_args: str | 
                      "and dev evaluations, training, test; any pause or other load on the machine included)"
                      + (f"; not shown for the {dp} DP runs, whose time depends on their private Poisson batches"
                         if dp else "")
-                     + (f". The sweep's records of those runs span {span[0]} to {span[1]}." if span else "."))
+                     + (f". The sweep ran from {span[0]} to {span[1]}." if span else "."))
     else:
         lines.append("Wall time: not recorded (no sweep.jsonl under the runs folder).")
     return lines + [""]
