@@ -61,9 +61,12 @@ class PACZeroTrainer:
     """One paczero run on objects in memory. ``config``: a :class:`TrainConfig` or a dict of its keys;
     keyword ``settings`` (``mechanism=``, ``mi_budget=``, ``steps=``, ``out_dir=``, ...) and ``task``
     override it. Any of ``model``, ``tokenizer`` and ``train_dataset`` left out is loaded as the config
-    names it (``model``, ``data``). ``eval_dataset`` rows are a data file's validation rows and
-    ``test_dataset`` rows its test rows: with no ``test_dataset``, ``eval_dataset`` is the test set and dev is
-    drawn from ``train_dataset``, as for SST-2; with both, dev is drawn from ``eval_dataset``."""
+    names it (``model``, ``data``). The datasets are used as given, as transformers' and TRL's trainers use
+    theirs: every row of ``train_dataset`` is the universe U, every row of ``eval_dataset`` the dev set (model
+    selection) and every row of ``test_dataset`` the test set; ``n_train``, ``n_dev`` or ``n_test``, when set,
+    draw that many (seeded). With no ``test_dataset`` the final evaluation is on ``eval_dataset``; with
+    ``train_dataset`` alone, a fifth of its rows is drawn for test and a fifth of the rest for dev. One log
+    line and run.json (``data_use``) say what was used for what."""
 
     def __init__(self, model: Any = None, tokenizer: Any = None, train_dataset: Any = None,
                  eval_dataset: Any = None, test_dataset: Any = None, *, task: str | None = None,
@@ -80,6 +83,10 @@ class PACZeroTrainer:
         if unknown:
             raise ConfigError(f"unknown setting(s) {', '.join(unknown)}; the keys of TrainConfig are the settings")
         self.config = config.replace(**settings)
+        defaults = TrainConfig()
+        #: the sample sizes the caller set (the others: every row given)
+        self._sizes = {k for k in ("n_train", "n_dev", "n_test")
+                       if k in settings or getattr(config, k) != getattr(defaults, k)}
         self.model, self.tokenizer = model, tokenizer
         self.datasets = {"train_dataset": train_dataset, "eval_dataset": eval_dataset, "test_dataset": test_dataset}
         if model is not None:
@@ -97,8 +104,11 @@ class PACZeroTrainer:
         if self.model is not None:
             cfg = _describe(cfg, self.model, self.tokenizer)
         cfg = cfg.validate()
-        examples = _examples(cfg, self.datasets)
-        given = Given(model=self.model, tokenizer=self.tokenizer, examples=examples)
+        examples = _examples(cfg, self.datasets, self._sizes)
+        note = _data_use(self.datasets, examples)
+        if note:
+            log(f"paczero: data: {note}")
+        given = Given(model=self.model, tokenizer=self.tokenizer, examples=examples, data_use=note)
         if given.names():
             _single_process()
         check_push_possible(cfg)
@@ -182,9 +192,11 @@ def _describe(cfg: TrainConfig, model: Any, tokenizer: Any) -> TrainConfig:
 
 
 # -- the examples --------------------------------------------------------------------------------------
-def _examples(cfg: TrainConfig, datasets: dict[str, Any]) -> tuple[list, list, list] | None:
-    """(train, dev, test) examples of the datasets given, normalised and split as a data file with the same
-    rows (``eval_dataset``/``test_dataset`` rows: its ``validation``/``test`` rows); None when none is given."""
+def _examples(cfg: TrainConfig, datasets: dict[str, Any],
+              sizes: set[str] | frozenset = frozenset({"n_train", "n_dev", "n_test"})) -> tuple[list, list, list] | None:
+    """(train, dev, test) examples of the datasets given, normalised as a data file with the same rows; None
+    when none is given. ``sizes``: the sample sizes of ``cfg`` the caller set; every other split takes every
+    row given (train_dataset alone: a fifth for test, a fifth of the rest for dev, unless set)."""
     from paczero.tasks.data import canonical_task, split_records
 
     if datasets["train_dataset"] is None:
@@ -193,22 +205,46 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any]) -> tuple[list, list, l
         return None
     if cfg.data is not None:
         raise ConfigError(f"give the examples as train_dataset or as the config's data ({cfg.data!r}), not both")
-    given = [(name, split, _rows(datasets[name], name)) for name, split in _SPLITS if datasets[name] is not None]
+    given = {name: _rows(datasets[name], name) for name, _ in _SPLITS if datasets[name] is not None}
+    n = {k: (getattr(cfg, k) if k in sizes else None) for k in ("n_train", "n_dev", "n_test")}
     if len(given) == 1:
-        records, where = given[0][2], "train_dataset"
+        records, where = given["train_dataset"], "train_dataset"
+        if records and "split" not in records[0] and n["n_train"] is None and n["n_dev"] is None:
+            rest = len(records) - (n["n_test"] if n["n_test"] is not None else max(1, round(0.2 * len(records))))
+            n["n_dev"] = max(1, round(0.2 * rest))
     else:
-        if any("split" in rows[0] for _, _, rows in given if rows):
+        if any("split" in rows[0] for rows in given.values() if rows):
             raise ConfigError("a dataset with a split column goes alone, as train_dataset (it assigns its rows "
                               "to splits); give eval_dataset and test_dataset without one")
-        records = [{**row, "split": split} for _, split, rows in given for row in rows]
-        where = " + ".join(name for name, _, _ in given)
+        if "eval_dataset" not in given:
+            raise ConfigError("a test_dataset goes with an eval_dataset (the dev set that selects the released "
+                              "weights); give eval_dataset=... too")
+        test = given.get("test_dataset", given["eval_dataset"])  # no test set given: the dev set is evaluated last
+        records = ([{**row, "split": "train"} for row in given["train_dataset"]]
+                   + [{**row, "split": "validation"} for row in given["eval_dataset"]]
+                   + [{**row, "split": "test"} for row in test])
+        where = " + ".join(given)
     try:
-        return split_records(canonical_task(cfg.task), records, where, cfg.n_train, cfg.n_dev, cfg.n_test,
+        return split_records(canonical_task(cfg.task), records, where, n["n_train"], n["n_dev"], n["n_test"],
                              cfg.data_seed, cfg.columns or {}, cfg.labels)
     except ConfigError:
         raise
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def _data_use(datasets: dict[str, Any], examples: tuple[list, list, list] | None) -> str | None:
+    """What the run uses each dataset for, in one line (logged, and run.json's ``data_use``)."""
+    if examples is None:
+        return None
+    train, dev, test = (len(x) for x in examples)
+    if datasets["eval_dataset"] is None:
+        return (f"U = {train} rows of train_dataset; dev = {dev} and test = {test} other rows of it (drawn with "
+                "data_seed; give eval_dataset and test_dataset to choose them)")
+    tested = "test_dataset" if datasets["test_dataset"] is not None else \
+        "eval_dataset (no test_dataset given: the final evaluation reuses the dev set)"
+    return (f"U = {train} rows of train_dataset; dev (selects the released weights) = {dev} rows of eval_dataset; "
+            f"test = {test} rows of {tested}")
 
 
 def _rows(data: Any, name: str) -> list[dict]:

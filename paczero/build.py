@@ -70,6 +70,7 @@ class Setup:
     test_enc: list
     in_memory: tuple = ()  # what was given as objects in memory (Given.names), not loaded from the config
     ood_enc: list | None = None  # the encoded out-of-domain test file (config ood_data), evaluated at the end
+    data_use: str | None = None  # the API: what each dataset given was used for
 
 
 @dataclass
@@ -82,6 +83,7 @@ class Given:
     tokenizer: Any = None
     examples: tuple[list, list, list] | None = None
     prepared: Any = None
+    data_use: str | None = None  # what each dataset given was used for (run.json data_use)
 
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, value in (("model", self.model), ("tokenizer", self.tokenizer),
@@ -141,7 +143,7 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
         if cfg.device_map:  # inputs go where the embeddings live
             device = str(model.get_input_embeddings().weight.device)
     return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded, in_memory=given.names(),
-                 ood_enc=None if ood_ex is None else task.encode(ood_ex))
+                 ood_enc=None if ood_ex is None else task.encode(ood_ex), data_use=given.data_use)
 
 
 def _ood_examples(cfg: TrainConfig) -> list:

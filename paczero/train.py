@@ -392,7 +392,10 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
 def _in_memory(setup: Setup) -> dict:
     """run.json's and summary.json's note of what was given as objects in memory (the config's ``model``
     then names the model object's ``name_or_path``)."""
-    return {"in_memory": list(setup.in_memory)} if setup.in_memory else {}
+    out = {"in_memory": list(setup.in_memory)} if setup.in_memory else {}
+    if setup.data_use:
+        out["data_use"] = setup.data_use
+    return out
 
 
 def _complete_log(log_path: Path, point) -> None:

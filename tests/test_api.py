@@ -166,7 +166,7 @@ def test_a_dataframe_a_list_of_dicts_and_a_file_give_the_dataset_s_examples(tmp_
     for table in (_dataset(), frame, list(ROWS)):
         assert fingerprint(base, _examples(base, {"train_dataset": table, "eval_dataset": None,
                                                    "test_dataset": None})) == from_file
-    # an eval_dataset holds a file's validation rows: with no test_dataset they are the test set
+    # an eval_dataset is the dev set; with no test_dataset it is evaluated last too
     test_rows = [{"sentence": f"held out {i}", "label": i % 2} for i in range(8)]
     train, dev, test = _examples(base, {"train_dataset": ROWS, "eval_dataset": test_rows, "test_dataset": None})
     assert sorted(t["sentence"] for t in test) == sorted(r["sentence"] for r in test_rows)
@@ -203,3 +203,35 @@ def test_a_model_built_in_memory_needs_its_tokenizer_and_a_peft_model_trains_lor
 
     cfg = _describe(TrainConfig(**SMALL), peft_model, tokenizer)
     assert (cfg.lora_r, cfg.lora_alpha, cfg.lora_targets, cfg.dtype) == (4, 8, ["q_proj"], "fp32")
+
+
+def test_the_datasets_handed_over_are_used_as_given(tmp_path, tokenizer):
+    """40 training rows and 10 eval rows with no sizes set: U is the 40 rows, dev the 10 (they select the
+    released weights), and with no test_dataset the final evaluation is on them too; a test_dataset is the
+    test set. One log line and run.json say so. Red if the defaults n_train = 1000, n_dev = 500 applied
+    (too few rows), or if eval_dataset became the test set with dev carved from the training rows."""
+    from paczero.api import _examples
+
+    train_rows = ROWS
+    eval_rows = [{"sentence": f"held out {i}", "label": i % 2} for i in range(10)]
+    test_rows = [{"sentence": f"tested {i}", "label": i % 2} for i in range(6)]
+    cfg = TrainConfig(task="sst2")
+    train, dev, test = _examples(cfg, {"train_dataset": train_rows, "eval_dataset": eval_rows, "test_dataset": None},
+                                 set())
+    assert len(train) == 40 and sorted(d["sentence"] for d in dev) == sorted(r["sentence"] for r in eval_rows)
+    assert sorted(t["sentence"] for t in test) == sorted(r["sentence"] for r in eval_rows)
+    _, dev, test = _examples(cfg, {"train_dataset": train_rows, "eval_dataset": eval_rows, "test_dataset": test_rows},
+                             set())
+    assert len(dev) == 10 and sorted(t["sentence"] for t in test) == sorted(r["sentence"] for r in test_rows)
+    train, dev, test = _examples(cfg, {"train_dataset": train_rows, "eval_dataset": None, "test_dataset": None}, set())
+    assert (len(train), len(dev), len(test)) == (26, 6, 8)  # a fifth for test, a fifth of the rest for dev
+
+    lines = []
+    settings = {k: v for k, v in SMALL.items() if k not in ("n_train", "n_dev", "n_test")}
+    result = PACZeroTrainer(model=_model(tokenizer), tokenizer=tokenizer, train_dataset=_dataset(),
+                            eval_dataset=eval_rows, out_dir=str(tmp_path / "run"), num_subsets=4,
+                            **{k: v for k, v in settings.items() if k != "num_subsets"}).train(log=lines.append)
+    use = json.loads((result.run_dir / "run.json").read_text())["data_use"]
+    assert use.startswith("U = 40 rows of train_dataset; dev (selects the released weights) = 10 rows of eval_dataset")
+    assert f"paczero: data: {use}" in lines
+    assert result.summary["test"] and result.summary["dev"]
