@@ -74,6 +74,10 @@ def encode(obj: Any, fixed: bool = False) -> Any:
         return [encode(v, fixed) for v in obj]
     if isinstance(obj, np.generic):
         obj = obj.item()
+    if fixed and isinstance(obj, int) and not isinstance(obj, bool) and not -(1 << 63) <= obj < (1 << 63):
+        if 0 <= obj < (1 << 256):  # a generator's 128-bit state word, say: 32 bytes
+            return {"__uint256__": obj.to_bytes(32, "little").hex()}
+        return obj
     if fixed and isinstance(obj, (int, float)) and not isinstance(obj, bool):
         arr = np.asarray([obj], dtype="<i8" if isinstance(obj, int) else "<f8")
         return {"__scalar__": base64.b64encode(arr.tobytes()).decode("ascii"), "dtype": arr.dtype.str}
@@ -85,6 +89,8 @@ def decode(obj: Any) -> Any:
         if "__ndarray__" in obj:
             data = base64.b64decode(obj["__ndarray__"])
             return np.frombuffer(data, dtype=np.dtype(obj["dtype"])).reshape(obj["shape"]).copy()
+        if "__uint256__" in obj:
+            return int.from_bytes(bytes.fromhex(obj["__uint256__"]), "little")
         if "__scalar__" in obj:
             return np.frombuffer(base64.b64decode(obj["__scalar__"]), dtype=np.dtype(obj["dtype"]))[0].item()
         return {k: decode(v) for k, v in obj.items()}

@@ -148,6 +148,10 @@ def test_the_fixed_width_encoding_is_what_keeps_the_sizes_equal():
     other = {"secret": 12, "mi_spent": 0.08333333332074876, "rng_state": {"counter": 1234}}
     assert len(json.dumps(encode(state))) != len(json.dumps(encode(other)))
     assert len(json.dumps(encode(state, fixed=True))) == len(json.dumps(encode(other, fixed=True)))
+    from paczero.checkpoint import decode
+
+    big = {"state": {"state": 2**127 + 5, "inc": 3}, "x": -1.5, "flag": True, "none": None}  # numpy PCG64's words
+    assert decode(json.loads(json.dumps(encode(big, fixed=True)))) == big
 
 
 def test_the_secret_and_the_released_randomness_have_independent_keys():
