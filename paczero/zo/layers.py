@@ -31,14 +31,16 @@ _ACCELERATOR_BLOCK_VALUES = 1 << 24
 _KEEP_PAIR_VALUES = 1 << 16
 
 
-def _perturb(z: torch.Tensor, scale: float, base: torch.Tensor) -> torch.Tensor:
-    """fl(fl(z * scale) + base) in fp32, rounded to base's dtype (the one perturbation arithmetic)."""
-    t = z * scale
-    if base.dtype == torch.float32:
+def _perturb(z: torch.Tensor, scale: float, base: torch.Tensor, out: torch.Tensor | None = None,
+             tmp: torch.Tensor | None = None) -> torch.Tensor:
+    """fl(fl(z * scale) + base) in fp32, rounded to base's dtype (the one perturbation arithmetic); ``out``
+    (base's dtype and shape) and ``tmp`` (fp32, z's shape): storage to write into instead of fresh tensors."""
+    t = z * scale if tmp is None else torch.mul(z, scale, out=tmp)
+    if base.dtype == torch.float32 and out is None:
         return t.add_(base)
     # the fp32 sum rounded once to base's dtype as it is stored: the same bits as t.add_(base).to(dtype),
     # with one pass less over the tensor (the add computes in fp32, the common dtype of its inputs)
-    return torch.add(t, base, out=torch.empty_like(base))
+    return torch.add(t, base, out=torch.empty_like(base) if out is None else out)
 
 
 def _by_scale(calls: list) -> list[tuple[float, list[int]]]:

@@ -19,12 +19,18 @@ import torch
 
 from paczero import cuda_directions as _cd
 from paczero.zo.directions import ChunkLayout, DirectionDraws, chunk_values, source_name
+from paczero.zo import layers as _layers
 from paczero.zo.layers import LayerPaths
 from paczero.zo.lockstep import Lockstep
 from paczero.zo.update import Update
 
-#: trainable sets up to this many values (LoRA, tiny models) cache z for the step
+#: on an accelerator, trainable sets up to this many values (LoRA, tiny models) cache z for the step
 DEFAULT_CACHE_LIMIT = 1 << 24
+#: on CPU, up to this many (1 GiB of fp32 z): full fine-tuning of a ~100M-parameter model keeps its z for the
+#: step, drawn once for every forward and the update instead of once per wave and again for the update
+#: (SmolLM2-135M FT bf16, N = 256: step / floor 1.61 uncached, 1.08-1.21 cached; 0.49 GB more resident;
+#: docs/performance.md)
+CPU_CACHE_LIMIT = 1 << 28
 #: uncached: an embedding or Linear above this many values is never perturbed whole (on CPU)
 DEFAULT_BIG_VALUES = 1 << 22
 #: the same on an accelerator, whose memory is the weights plus little: every Linear of OPT-6.7B's layers
@@ -33,6 +39,8 @@ DEFAULT_BIG_VALUES = 1 << 22
 ACCELERATOR_BIG_VALUES = 1 << 26
 #: uncached: micro-batches whose + and - forwards run in lock-step (one draw of z per module for all)
 DEFAULT_LOCKSTEP = 1
+#: cached: values per block of a whole perturbed tensor's arithmetic (:meth:`Perturber._perturbed_whole`)
+_PERTURB_BLOCK = 1 << 16
 #: cached: a trained embedding of at least this many values is perturbed by looked-up rows
 _ROWS_MIN_VALUES = 1 << 16
 
@@ -58,7 +66,8 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
     ``params`` is the ordered list of (name, parameter) that is trained
     (see :func:`paczero.models.trainable_parameters`). z is cached for the step
     when the trainable set has at most ``cache_limit`` values (default
-    ``DEFAULT_CACHE_LIMIT``: LoRA, tiny models). Uncached, ``lockstep`` is the
+    ``CPU_CACHE_LIMIT`` on CPU: full fine-tuning of small models too;
+    ``DEFAULT_CACHE_LIMIT`` elsewhere: LoRA, tiny models). Uncached, ``lockstep`` is the
     number of micro-batches whose + and - forwards :func:`paczero.zo.two_point_scalars`
     runs in lock-step (one draw of z per wave; 0: every forward on its own).
     With ``token_budget`` (the micro-batches' budget), a wave is instead as many
@@ -76,7 +85,10 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
         self.names = [n for n, _ in params]
         self.public_seed = int(public_seed)
         self.numel = sum(p.numel() for p in self.params)
-        self.cache = self.numel <= (DEFAULT_CACHE_LIMIT if cache_limit is None else cache_limit)
+        if cache_limit is None:
+            on_cpu = all(p.device.type == "cpu" for p in self.params)
+            cache_limit = CPU_CACHE_LIMIT if on_cpu else DEFAULT_CACHE_LIMIT
+        self.cache = self.numel <= cache_limit
         #: None: ``DEFAULT_BIG_VALUES`` on CPU, ``ACCELERATOR_BIG_VALUES`` elsewhere
         self.big_values = None if big_values is None else int(big_values)
         self._index = {id(p): i for i, p in enumerate(self.params)}
@@ -96,6 +108,8 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
         self._z_cache: dict[tuple[int, int, int], torch.Tensor] = {}
         #: cached, drawn on CPU: the storage of z per (k, i), reused from step to step (see :meth:`_draw_step`)
         self._z_storage: dict[tuple[int, int], torch.Tensor] = {}
+        #: cached: the storage of each whole perturbed tensor, reused from block to block
+        self._perturbed_storage: dict[int, torch.Tensor] = {}
         self._scratch_tensors: dict[tuple, torch.Tensor] = {}  # reused across module calls (no page faults)
         #: fused: small tensors' perturbed copies, kept for the rest of (step, k) (see ``layers._KEEP_PAIR_VALUES``)
         self._small_copies: dict[tuple, dict] = {}
@@ -168,6 +182,7 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
         weights are changed in place other than by :meth:`apply_update` within a step."""
         self._z_cache.clear()
         self._z_storage.clear()
+        self._perturbed_storage.clear()
         self._drop_small_copies()
 
     def _drop_small_copies(self) -> None:
@@ -193,6 +208,25 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
             buf = self._scratch_tensors[full_key] = torch.empty(need, device=device, dtype=dtype)
         return buf[:need].view(shape)
 
+    def _perturbed_whole(self, p: torch.nn.Parameter, orig: torch.Tensor, step: int, k: int,
+                         scale: float) -> torch.Tensor:
+        """Cached: fl(fl(z * scale) + orig) for the whole of ``p``, the arithmetic of :func:`.layers._perturb`,
+        written a block of values at a time (fp32 scratch) into storage kept from block to block: no full-size
+        temporaries to allocate and fault in twice a step (full fine-tuning on CPU)."""
+        if orig.numel() <= _PERTURB_BLOCK or not orig.is_contiguous():
+            return self._perturbed_value(p, orig, step, k, scale)
+        i = self._index[id(p)]
+        out = self._perturbed_storage.get(i)
+        if out is None or out.shape != orig.shape or out.dtype != orig.dtype or out.device != orig.device:
+            with torch.inference_mode(False):
+                out = self._perturbed_storage[i] = torch.empty_like(orig)
+        z, flat_out, flat_in = self.direction(step, k, i).reshape(-1), out.view(-1), orig.view(-1)
+        tmp = self._scratch("perturb", (_PERTURB_BLOCK,), orig.device)
+        for lo in range(0, flat_in.numel(), _PERTURB_BLOCK):
+            hi = min(lo + _PERTURB_BLOCK, flat_in.numel())
+            _layers._perturb(z[lo:hi], scale, flat_in[lo:hi], out=flat_out[lo:hi], tmp=tmp[:hi - lo])
+        return out
+
     # -- evaluation at theta +/- mu z -----------------------------------------
     @contextmanager
     def perturbed(self, step: int, k: int, scale: float):
@@ -204,7 +238,7 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
             originals = [p.data for p in swapped]
             try:
                 for p, orig in zip(swapped, originals):
-                    p.data = self._perturbed_value(p, orig, int(step), int(k), float(scale))
+                    p.data = self._perturbed_whole(p, orig, int(step), int(k), float(scale))
                 if self._rows_modules:
                     with self._evaluating(step, k, self._rows_modules, rows=True):
                         self._scale = float(scale)

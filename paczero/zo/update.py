@@ -34,7 +34,9 @@ class Update:
         if all(s == 0.0 for s in scales) and decay == 0.0:
             return  # lr = 0 or all coefficients 0: the weights stay bit-identical
         for i, p in enumerate(self.params):
-            if self.cache:
+            if self.cache and p.dtype != torch.float32 and p.data.is_contiguous() and p.numel() > _UPDATE_BLOCK:
+                self._update_blocks(p, [(self.direction(step, k, i), s) for k, s in enumerate(scales) if s], decay)
+            elif self.cache:
                 fp32 = p.dtype == torch.float32
                 acc = p.data if fp32 else p.data.to(torch.float32)  # fp32: updated in place
                 if decay:
@@ -46,6 +48,23 @@ class Update:
                     p.data.copy_(acc.to(p.dtype))
             else:
                 self._update_chunked(step, i, p, scales, decay)
+
+    def _update_blocks(self, p: torch.nn.Parameter, terms: list[tuple[torch.Tensor, float]], decay: float) -> None:
+        """A low-precision tensor's cached update a block of values at a time, through fp32 scratch: the same
+        arithmetic as widening the whole tensor (each value widened exactly, decayed, the terms subtracted in
+        order, rounded once), with no full-size fp32 copy to allocate and fault in every step."""
+        flat = p.data.view(-1)
+        acc = self._scratch("update-acc", (_UPDATE_BLOCK,), p.device)
+        tmp = self._scratch("update", (_UPDATE_BLOCK,), p.device)
+        for lo in range(0, flat.numel(), _UPDATE_BLOCK):
+            hi = min(lo + _UPDATE_BLOCK, flat.numel())
+            a = acc[:hi - lo]
+            a.copy_(flat[lo:hi])
+            if decay:
+                a.mul_(1.0 - decay)
+            for z, s in terms:
+                a.sub_(torch.mul(z.reshape(-1)[lo:hi], s, out=tmp[:hi - lo]))
+            flat[lo:hi].copy_(a)
 
     def _sub_scaled(self, acc: torch.Tensor, z: torch.Tensor, s: float) -> None:
         """acc <- fl(acc - fl(z * s)) (the update's arithmetic), a block of values at a time, so that no
