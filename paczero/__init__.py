@@ -17,3 +17,7 @@ def __getattr__(name: str):
     import importlib
 
     return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

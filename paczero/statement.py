@@ -43,6 +43,10 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
     else:
         bound = statement.get("mi_bound")
         lines.append(
+            f"What is protected: which of the {statement.get('num_subsets')} candidate subsets of the "
+            f"{cfg.n_train}-example universe trained the model, so whether each of its examples was among those "
+            "used. Not protected: the universe itself (which examples are in it, and what they say).")
+        lines.append(
             f"Privacy (PAC Privacy, {mech}): guaranteed I(S*; transcript) <= {_num(bound, '.6g')} nats "
             + ("(no noised release: the transcript carries no information about the secret; Theorem 2)" if bound == 0.0
                else "(the MI budget; Theorem 1)")
