@@ -71,6 +71,7 @@ class TrainConfig:
     mi_budget: float | None = None           # total MI in nats (pac-mi, hybrid)
     schedule: str = "adaptive"               # pac-mi allocation: "adaptive" | "uniform"
     switch_step: int | None = None           # hybrid: PAC-MI until this step, then the zero-MI tail
+    noised_coef: str = "bit"                 # PAC-MI/hybrid noised releases move theta by: "bit" (the paper: the released sign) | "posterior-mean" (the posterior mean of s_j* after it; post-processing, MI unchanged)
     coin_step: str = "move"                  # PAC mechanisms' coin releases: "move" (the paper: theta moves along the coin) | "skip" (theta stays, no coin drawn; MI unchanged)
     epsilon: float | None = None             # DP baselines: target epsilon
     delta: float = 1e-5                      # DP baselines: delta
@@ -236,6 +237,11 @@ class TrainConfig:
             raise ConfigError(f"mi_budget applies to pac-mi and hybrid only, not {self.mechanism}")
         need(self.schedule in ("adaptive", "uniform"), f"schedule must be 'adaptive' or 'uniform', got {self.schedule!r}")
         need(self.coin_step in ("move", "skip"), f"coin_step must be 'move' or 'skip', got {self.coin_step!r}")
+        need(self.noised_coef in ("bit", "posterior-mean"),
+             f"noised_coef must be 'bit' or 'posterior-mean', got {self.noised_coef!r}")
+        if self.noised_coef != "bit":
+            need(self.mechanism in ("pac-mi", "hybrid"),
+                 f"noised_coef applies to pac-mi and hybrid only, not {self.mechanism}")
         if self.coin_step != "move":
             need(self.mechanism in ("pac-zpl", "pac-mi", "hybrid"),
                  f"coin_step applies to pac-zpl, pac-mi and hybrid only, not {self.mechanism}")

@@ -85,7 +85,8 @@ def parse_template(text: str) -> str:
 
 
 #: choices named in the flags' help (checked by TrainConfig.validate, which names them again on bad input)
-_CHOICES = {"mechanism": MECHANISMS, "lr_schedule": LR_SCHEDULES, "coin_step": ("move", "skip")}
+_CHOICES = {"mechanism": MECHANISMS, "lr_schedule": LR_SCHEDULES, "coin_step": ("move", "skip"),
+            "noised_coef": ("bit", "posterior-mean")}
 TEMPLATE_HELP = "; in the flag, \\n and \\t stand for a newline and a tab"
 
 

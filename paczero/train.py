@@ -86,10 +86,10 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
         return build_mechanism(name, coin_step=cfg.coin_step, **common)
     if name == "pac-mi":
         return build_mechanism(name, total_mi=cfg.mi_budget, total_steps=cfg.steps, schedule=cfg.schedule,
-                               coin_step=cfg.coin_step, **common)
+                               coin_step=cfg.coin_step, noised_coef=cfg.noised_coef, **common)
     if name == "hybrid":
         return build_mechanism(name, total_mi=cfg.mi_budget, total_steps=cfg.steps, switch_step=cfg.switch_step,
-                               schedule=cfg.schedule, coin_step=cfg.coin_step, **common)
+                               schedule=cfg.schedule, coin_step=cfg.coin_step, noised_coef=cfg.noised_coef, **common)
     return build_mechanism(name, **common)
 
 

@@ -161,3 +161,36 @@ def test_a_skip_run_end_to_end_from_the_command_line(tmp_path, capsys):
     assert summary["privacy"]["coin_step"] == "skip" and summary["config"]["coin_step"] == "skip"
     assert "did not move the weights" in summary["privacy_text"]
     capsys.readouterr()
+
+
+def test_posterior_mean_coefficient_is_the_public_posterior_mean_of_the_secret_sign():
+    """``noised_coef: posterior-mean``: each noised release moves theta by E[s_{j*} | transcript], computed here
+    independently in 50-digit arithmetic from what the log publishes (y~, sigma) and the posterior before the
+    release (the adversary's, public); bits, y~, charges and posterior are those of the paper's rule, release
+    for release. Red if the coefficient used the secret's own sign (e.g. s_{j*} * |E|), or the prior instead of
+    the updated posterior."""
+    import mpmath as mp
+
+    rng = np.random.default_rng(4)
+    bit_rule = PacMI(M, 0.5, 12, design=DESIGN, secret=1, seed=7)
+    mean_rule = PacMI(M, 0.5, 12, design=DESIGN, secret=1, seed=7, noised_coef="posterior-mean")
+    seen = 0
+    for _ in range(12):
+        signs = np.where(rng.random(M) < 0.5, 1, -1)
+        prior = mean_rule.posterior
+        a, b = bit_rule.release(signs), mean_rule.release(signs)
+        assert (a.bit, a.branch, a.y_tilde, a.sigma, a.mi) == (b.bit, b.branch, b.y_tilde, b.sigma, b.mi)
+        np.testing.assert_array_equal(bit_rule.posterior, mean_rule.posterior)
+        if b.branch != "noised":
+            assert b.coef == a.coef
+            continue
+        seen += 1
+        with mp.workdps(50):
+            w = [mp.mpf(float(p)) * mp.e ** (-(mp.mpf(b.y_tilde) - int(s)) ** 2 / (2 * mp.mpf(b.sigma) ** 2))
+                 for p, s in zip(prior, signs)]
+            want = sum(wi * int(s) for wi, s in zip(w, signs)) / sum(w)
+        assert abs(b.coef - float(want)) < 1e-9 and abs(b.coef) <= 1.0 and a.coef in (1.0, -1.0)
+    assert seen >= 3
+    assert mean_rule.privacy_statement()["noised_coef"] == "posterior-mean"
+    with pytest.raises(ConfigError, match="noised_coef applies to pac-mi and hybrid only"):
+        TrainConfig(model="tiny-llama", task="demo", noised_coef="posterior-mean").validate()

@@ -322,6 +322,7 @@ def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
         method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
         by_method.setdefault(method, []).append(cpu_cfg(name).validate())
     assert set(by_method) == {"lora-mezo", "lora-zpl", "lora-zpl-skip", "lora-mi0.33-skip", "lora-mi0.001-skip",
+                              "lora-mi0.33-pm", "lora-mi0.001-pm",
                               "lora-dpzero-eps0.5", "lora-dpzero-eps1", "lora-dpzero-eps2", "lora-dp-aggzo-k4-eps2"}
     base = {"lora-mezo": 5e-3, "lora-dp": 2.5e-4}
     for method, cfgs in by_method.items():
@@ -336,3 +337,4 @@ def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
     assert {c.epsilon for m in ("lora-dpzero-eps0.5", "lora-dpzero-eps1", "lora-dpzero-eps2")
             for c in by_method[m]} == {0.5, 1.0, 2.0}
     assert {c.mi_budget for m in ("lora-mi0.33-skip", "lora-mi0.001-skip") for c in by_method[m]} == {0.33, 1e-3}
+    assert {c.noised_coef for m in ("lora-mi0.33-pm", "lora-mi0.001-pm") for c in by_method[m]} == {"posterior-mean"}

@@ -29,7 +29,7 @@ class Hybrid(PacMI):
         total_mi: total budget in nats.
         total_steps: T, the length of the whole run.
         switch_step: number of PAC-MI steps, ``0 <= switch_step <= total_steps``.
-        schedule, design, secret, seed, coin_step: as for :class:`PacMI`.
+        schedule, design, secret, seed, coin_step, noised_coef: as for :class:`PacMI`.
     """
 
     name = "hybrid"
@@ -46,10 +46,12 @@ class Hybrid(PacMI):
         secret: int | None = None,
         seed: SeedLike = None,
         coin_step: str = "move",
+        noised_coef: str = "bit",
     ) -> None:
         self.switch_step = _int_arg(switch_step, "switch_step", 0)
         super().__init__(num_subsets, total_mi, total_steps, schedule,
-                         design=design, secret=secret, seed=seed, coin_step=coin_step)
+                         design=design, secret=secret, seed=seed, coin_step=coin_step,
+                         noised_coef=noised_coef)
         if self.switch_step > self.total_steps:
             raise ValueError(f"switch_step={switch_step!r} exceeds total_steps={total_steps!r}")
 

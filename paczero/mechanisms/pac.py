@@ -22,6 +22,14 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
 * disagreement, PAC-ZPL (Section 3.2, eq. zpl-coin), and PAC-MI without
   budget: a fair coin; MI 0.
 
+``noised_coef`` says how far a noised release moves the weights. ``"bit"`` (the
+paper's rule, the default): by the released sign, ``± lr z``. ``"posterior-mean"``:
+by the adversary's posterior mean of s_{j*} after the release, ``q+' - q-'`` (the
++1 side's posterior mass less the -1 side's), a function of the published y~,
+sigma and the public posterior: post-processing of what the channel already
+charged, so the accounting is unchanged. A bit that is mostly noise then moves
+the weights little.
+
 ``coin_step`` says what a coin release does to the weights. ``"move"`` (the
 paper's rule, the default): the coin is the step's coefficient, so theta moves by
 ``± lr z``. ``"skip"``: no coin is drawn and the coefficient is 0, so theta does
@@ -61,10 +69,12 @@ from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator, subset_signs
 from .base import Mechanism, Release
 
-__all__ = ["PacMI", "PacZPL", "COIN_STEPS", "UNANIMITY_TOL", "ENTROPY_CAP"]
+__all__ = ["PacMI", "PacZPL", "COIN_STEPS", "NOISED_COEFS", "UNANIMITY_TOL", "ENTROPY_CAP"]
 
 #: what a coin release does to the weights: the paper's rule moves them along the coin; "skip" leaves them
 COIN_STEPS = ("move", "skip")
+#: how far a noised release moves the weights: its sign, or the posterior mean of s_{j*} after it
+NOISED_COEFS = ("bit", "posterior-mean")
 #: unanimity tolerance tau of Appendix B
 UNANIMITY_TOL = 1e-12
 #: feasibility cap beta_t <= ENTROPY_CAP * h(q+) of Appendix B
@@ -285,7 +295,11 @@ class _PacBase(Mechanism):
         shift = top + math.log(float(np.exp(moved - top).sum()))
         self._log_post = self._log_post + np.where(plus, c - shift, -c - shift)
         self._post_cache = None
-        return Release(bit=bit, branch="noised", coef=float(bit), sigma=sigma, y_tilde=y,
+        coef = float(bit)
+        if getattr(self, "noised_coef", "bit") == "posterior-mean":  # E[s_{j*} | transcript]: public
+            after_plus, after_minus = _log_side_masses(self._log_post, plus)
+            coef = math.exp(after_plus) - math.exp(after_minus)
+        return Release(bit=bit, branch="noised", coef=coef, sigma=sigma, y_tilde=y,
                        mi=charge, beta=beta, q_plus=q_plus, agreement=agreement)
 
     def release_many(self, signs_k: ArrayLike) -> list[Release]:
@@ -342,9 +356,10 @@ class _PacBase(Mechanism):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in self._config().items():
-            if key not in state and key != "coin_step":  # states saved before coin_step moved every coin
+            old_default = {"coin_step": "move", "noised_coef": "bit"}  # states saved before these keys existed
+            if key not in state and key not in old_default:
                 raise ValueError(f"state is missing field {key!r}")
-            if state.get(key, "move") != value:
+            if state.get(key, old_default.get(key)) != value:
                 if key == "mechanism":
                     raise ValueError(f"field 'mechanism': state is for {state[key]!r}, "
                                      f"this mechanism is {value!r}")
@@ -452,6 +467,7 @@ class PacMI(_PacBase):
         schedule: "adaptive" (default) or "uniform".
         design, secret, seed, coin_step: as for :class:`PacZPL` (``coin_step`` applies to the coins
             released once the budget is spent or a charge does not fit).
+        noised_coef: ``"bit"`` (the paper's) or ``"posterior-mean"`` (see the module docstring).
     """
 
     name = "pac-mi"
@@ -467,7 +483,11 @@ class PacMI(_PacBase):
         secret: int | None = None,
         seed: SeedLike = None,
         coin_step: str = "move",
+        noised_coef: str = "bit",
     ) -> None:
+        if noised_coef not in NOISED_COEFS:
+            raise ValueError(f"noised_coef must be one of {NOISED_COEFS}; got {noised_coef!r}")
+        self.noised_coef = noised_coef
         self.total_mi = _budget_arg(total_mi, "total_mi")
         self.total_steps = _int_arg(total_steps, "total_steps", 1)
         if schedule not in SCHEDULES:
@@ -477,7 +497,8 @@ class PacMI(_PacBase):
 
     def _config(self) -> dict[str, Any]:
         cfg = super()._config()
-        cfg.update(total_mi=self.total_mi, total_steps=self.total_steps, schedule=self.schedule)
+        cfg.update(total_mi=self.total_mi, total_steps=self.total_steps, schedule=self.schedule,
+                   noised_coef=self.noised_coef)
         return cfg
 
     def _mi_horizon(self) -> int:
@@ -502,5 +523,5 @@ class PacMI(_PacBase):
 
     def privacy_statement(self) -> dict[str, Any]:
         out = super().privacy_statement()
-        out.update(schedule=self.schedule, total_steps=self.total_steps)
+        out.update(schedule=self.schedule, total_steps=self.total_steps, noised_coef=self.noised_coef)
         return out

@@ -34,6 +34,7 @@ from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row
                                   group_cells, load_paper_results, mean_std, read_log, run_row)
 from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
 from paczero.report import provenance
+from paczero.report.tuned import tuned_headline, tuned_table
 from paczero.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
                                   plot_unanimity)
 from paczero.report.tables import (cell_table, comparison_table, dp_cliff_table, headline, headline_table,
@@ -125,8 +126,9 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     walls = provenance.wall_seconds(records)
     layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
                "dp-cliff": dp_cliff_table,
-               "cpu-scale": lambda cs, _paper: "\n\n".join(filter(None, [headline(cs), comparison_table(cs, walls)]))}
-    complete = {"cpu-scale"}  # layouts that show every figure of the per-cell table
+               "cpu-scale": lambda cs, _paper: "\n\n".join(filter(None, [headline(cs), comparison_table(cs, walls)])),
+               "cpu-tuned": lambda cs, _paper: "\n\n".join(filter(None, [tuned_headline(cs), tuned_table(cs)]))}
+    complete = {"cpu-scale", "cpu-tuned"}  # layouts that show every figure of the per-cell table
     for table in sorted(by_table):
         layout = layouts.get(table)
         if layout and any(c.name != c.runs[0].cell for c in by_table[table]):

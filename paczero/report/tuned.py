@@ -1,0 +1,124 @@
+"""The report of a learning-rate-tuned table (``cpu-tuned``): each method's grid on the first seed's dev split,
+the value chosen there, and the chosen cells side by side on the test split, an out-of-domain file and the
+train-vs-held-out loss attack.
+
+A method is a recipe name without its ``-lr<value>`` suffix. Its learning rate is chosen on the first data
+seed (the smallest seed any of its cells ran) by the released weights' dev accuracy, ties going to the lower
+dev loss: a choice that reads dev only. The chosen cell's other seeds then give the table's figures.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from collections import defaultdict
+
+from paczero.config import DP_MECHANISMS
+from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label
+from paczero.report.tables import _comparison_order, markdown_table, zero_shot_stats
+
+LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
+
+
+def label(cfg: dict) -> str:
+    """The method's name with the update rules that differ from the paper's."""
+    rules = (["noised steps by the posterior mean"] if cfg.get("noised_coef") == "posterior-mean" else []) + \
+        (["coin steps skipped"] if cfg.get("coin_step") == "skip" else [])
+    return method_label(cfg) + (f" ({', '.join(rules)})" if rules else "")
+
+
+def method_of(cell: Cell) -> str:
+    """The method a grid cell belongs to: its recipe name without the ``-lr`` suffix."""
+    return LR_SUFFIX.sub("", cell.name)
+
+
+def _dev(cell: Cell, seed: int) -> tuple[float, float] | None:
+    run = next((r for r in cell.runs if r.seed == seed), None)
+    if run is None or not run.summary.get("dev"):
+        return None
+    dev = run.summary["dev"]
+    return 100.0 * float(dev.get(run.summary.get("metric", "accuracy"), float("nan"))), float(dev.get("loss", "nan"))
+
+
+def choose(cells: list[Cell]) -> dict[str, tuple[Cell, int, list[tuple[Cell, tuple | None]]]]:
+    """Per method: (the chosen cell, the seed that chose it, every cell of the grid with its dev figures)."""
+    out = {}
+    by_method: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells:
+        by_method[method_of(c)].append(c)
+    for method, grid in by_method.items():
+        seed = min(r.seed for c in grid for r in c.runs if r.seed is not None)
+        scored = [(c, _dev(c, seed)) for c in sorted(grid, key=lambda c: c.cfg["lr"])]
+        ranked = [(c, d) for c, d in scored if d is not None]
+        if not ranked:
+            continue
+        best = max(ranked, key=lambda cd: (cd[1][0], -cd[1][1]))[0]
+        out[method] = (best, seed, scored)
+    return out
+
+
+def _extra(cell: Cell, key: str, field: str) -> tuple:
+    values = []
+    for r in cell.runs:
+        found = r.summary.get(key) or {}
+        v = found.get(field)
+        if v is not None:
+            values.append(100.0 * float(v) if field == "accuracy" else float(v))
+    return mean_std(values)
+
+
+def _zero_shot_ood(cells: list[Cell]) -> tuple:
+    per_seed: dict = defaultdict(list)
+    for c in cells:
+        for r in c.runs:
+            v = ((r.summary.get("zero_shot") or {}).get("ood_test") or {}).get("accuracy")
+            if v is not None:
+                per_seed[r.cfg.get("data_seed")].append(100.0 * float(v))
+    return mean_std([statistics.fmean(v) for v in per_seed.values()])
+
+
+def tuned_table(cells: list[Cell]) -> str:
+    """The chosen cell of every method (its figures over seeds) beside zero-shot, then each method's grid."""
+    chosen = choose(cells)
+    rows = [["zero-shot", "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells)), "—",
+             "none needed (reads no training data)", "0.5", "—"] for _, st in zero_shot_stats(cells)]
+    for method, (c, _seed, _grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
+        text, mia = guarantee(c)
+        rows.append([label(c.cfg), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")),
+                     fmt_ms(*_extra(c, "ood_test", "accuracy")), fmt_ms(*c.stat("unanimity"), digits=1), text,
+                     "—" if mia is None else f"{mia:.3f}", fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
+    main = markdown_table(["Method", "lr (chosen on dev)", "Test acc % (in-domain)", "Test acc % (out-of-domain)",
+                           "Unanimity %", "Guarantee", "MIA bound", "Loss-attack AUC (U vs held-out)"], rows)
+    grid_rows = []
+    for method, (c, seed, grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
+        for g, d in grid:
+            grid_rows.append([label(g.cfg), f"{g.cfg['lr']:g}",
+                              "—" if d is None else f"{d[0]:.1f}", "—" if d is None else f"{d[1]:.4f}",
+                              "**chosen**" if g is c else "", str(seed)])
+    grid = markdown_table(["Method", "lr", "Dev acc %", "Dev loss", "", "Seed"], grid_rows)
+    note = ("Figures: mean ± sample std over the chosen cell's data seeds (n). The attack scores the released "
+            "model's loss on the records of the universe U against the held-out test records of the same file; "
+            "(ε, δ)-DP bounds it, the PAC guarantee does not (it bounds membership in the secret subset S* given "
+            "U). The grid: each method's learning rates on the first seed's dev split; the chosen one has the "
+            "highest dev accuracy (ties: the lower dev loss).")
+    return "\n\n".join([note, main, "Learning-rate grid (dev, first seed):", grid])
+
+
+def tuned_headline(cells: list[Cell]) -> str | None:
+    """One sentence: PAC-ZPL's chosen cells (both coin rules) against MeZO and the strictest DP cell."""
+    chosen = {m: c for m, (c, _, _) in choose(cells).items()}
+    zpl = {c.cfg.get("coin_step", "move"): c for c in chosen.values() if c.cfg["mechanism"] == "pac-zpl"}
+    if not zpl:
+        return None
+    parts = [f"PAC-ZPL at MI = 0 reaches {fmt_ms(*c.stat('test'))} with coin steps "
+             + ("skipped" if rule == "skip" else "moving the weights (the paper's rule)")
+             for rule, c in sorted(zpl.items(), key=lambda kv: kv[0] != "skip")]
+    mezo = [c for c in chosen.values() if c.cfg["mechanism"] == "mezo"]
+    dp = sorted((c for c in chosen.values() if c.cfg["mechanism"] in DP_MECHANISMS),
+                key=lambda c: (c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1)))
+    others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
+        [f"DPZero ε = {c.cfg['epsilon']:g}'s {fmt_ms(*c.stat('test'))}" for c in dp
+         if c.cfg["mechanism"] in ("dpzero", "dpzero-aggzo1")]
+    zero = [fmt_ms(*st["test"]) for _, st in zero_shot_stats(cells)]
+    return ("Test accuracy %, each method at its dev-chosen learning rate: " + "; ".join(parts)
+            + (", against " + ", ".join(others) if others else "")
+            + (f"; the base model zero-shot: {zero[0]}" if zero else "") + ".")
