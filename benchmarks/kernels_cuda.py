@@ -1,4 +1,4 @@
-"""The fused CUDA direction kernels (paczero/cuda_directions.py) against torch's draw-then-combine, on one
+"""The fused CUDA direction kernels (paczero/zo/cuda_directions.py) against torch's draw-then-combine, on one
 weight: time per call and whether the bits agree.
 
     python benchmarks/kernels_cuda.py [--rows 2048 --cols 8192 --dtype bf16]
@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numpy as np
 import torch
 
-from paczero import cuda_directions as cd
+from paczero.zo import cuda_directions as cd
 from paczero.zo import chunk_seeds, chunk_values
 
 

@@ -147,16 +147,21 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
 
 
 def _ood_examples(cfg: TrainConfig) -> list:
-    """Every example of ``cfg.ood_data`` (same task, columns and labels as the training file)."""
+    """Every example of ``cfg.ood_data`` (its test rows where it has a split column), read with the training
+    file's task, columns and labels."""
     from paczero.tasks import load_splits
     from paczero.tasks.data import read_records
 
     path = Path(cfg.ood_data).expanduser()
     if not path.is_file():
         raise ConfigError(f"ood_data {cfg.ood_data!r}: no such file")
-    n = len(read_records(path))
-    _, _, rows = load_splits(cfg.task, source=str(path), n_train=0, n_dev=0, n_test=n, columns=cfg.columns,
-                             labels=cfg.labels)
+    records = read_records(path)
+    has_split = bool(records) and "split" in records[0]
+    try:
+        _, _, rows = load_splits(cfg.task, source=str(path), n_train=0, n_dev=0, columns=cfg.columns,
+                                 n_test=None if has_split else len(records), labels=cfg.labels)
+    except ValueError as e:
+        raise ConfigError(f"ood_data: {e}") from None
     return rows
 
 

@@ -269,7 +269,7 @@ def _cmd_audit(ns) -> int:
     if ns.bootstrap < 1:
         raise ValueError(f"--bootstrap must be >= 1, got {ns.bootstrap}")
     if ns.heldout:
-        from paczero.audit import format_heldout, heldout_audit
+        from paczero.heldout import format_heldout, heldout_audit
 
         if ns.reveal_secret:
             raise ConfigError("--heldout and --reveal-secret are two audits: run them one at a time")

@@ -373,7 +373,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         summary["ood_test"] = evaluate(setup, setup.ood_enc)
         log(f"fine-tuned ood test {_fmt(summary['ood_test'])} ({cfg.ood_data})")
     if cfg.heldout_attack:  # the loss attack on the released weights: U's records vs the held-out test records
-        from paczero.audit import heldout_attack
+        from paczero.heldout import heldout_attack
 
         summary["heldout_attack"] = heldout_attack(setup)
         log(f"train-vs-held-out loss attack: AUC {summary['heldout_attack']['auc']:.3f} "

@@ -161,7 +161,7 @@ def test_paths_agree_with_either_direction_source(direction_source, name, dtype)
 def test_fused_kernels_match_their_definition_on_cuda(dtype, monkeypatch):
     """z against the float64 reference of its definition; the pair, single perturbation, rows and update
     kernels against torch's arithmetic on that z, bit for bit (no multiply-add fusion)."""
-    from paczero import cuda_directions as cd
+    from paczero.zo import cuda_directions as cd
     from paczero.zo import chunk_seeds
     pytest.importorskip("triton")
     monkeypatch.delenv("PACZERO_TORCH_DIRECTIONS", raising=False)

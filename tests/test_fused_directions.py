@@ -1,4 +1,4 @@
-"""z on CUDA (paczero/cuda_directions.py): its definition, and the fused kernels that compute it.
+"""z on CUDA (paczero/zo/cuda_directions.py): its definition, and the fused kernels that compute it.
 
 The reference generator is checked against Philox's published known answers; the
 kernels against the reference in Triton's CPU interpreter (where Triton is
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from paczero.cuda_directions import philox4x32_10, reference_values
+from paczero.zo.cuda_directions import philox4x32_10, reference_values
 
 
 def test_reference_philox_matches_the_published_known_answers():
@@ -45,7 +45,7 @@ def test_reference_values_are_standard_normal_and_laid_out_by_block():
 
 _INTERPRETED = textwrap.dedent('''
     import numpy as np, torch
-    from paczero import cuda_directions as cd
+    from paczero.zo import cuda_directions as cd
     from paczero.zo import Perturber, chunk_seeds, _perturb
     assert cd.enabled("cpu")
     seeds_np = chunk_seeds(77, 3)

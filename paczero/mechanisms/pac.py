@@ -22,24 +22,12 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
 * disagreement, PAC-ZPL (Section 3.2, eq. zpl-coin), and PAC-MI without
   budget: a fair coin; MI 0.
 
-``noised_coef`` says how far a noised release moves the weights. ``"bit"`` (the
-paper's rule, the default): by the released sign, ``± lr z``. ``"posterior-mean"``:
-by the adversary's posterior mean of s_{j*} after the release, ``q+' - q-'`` (the
-+1 side's posterior mass less the -1 side's), a function of the published y~,
-sigma and the public posterior: post-processing of what the channel already
-charged, so the accounting is unchanged. A bit that is mostly noise then moves
-the weights little.
-
-``coin_step`` says what a coin release does to the weights. ``"move"`` (the
-paper's rule, the default): the coin is the step's coefficient, so theta moves by
-``± lr z``. ``"skip"``: no coin is drawn and the coefficient is 0, so theta does
-not move (``Release.bit`` 0). Whether a step is answered by a coin is a function
-of public values (the subset signs the adversary recomputes, the posterior, the
-budget), so leaving theta in place is post-processing of the transcript and the
-MI accounting is unchanged; with ``"skip"`` PAC-ZPL's whole output is a
-deterministic function of the public inputs and j*'s unanimous signs, which
-the transcript already determines, so I(S*; output) = 0 holds with no assumption
-about the private generator.
+``noised_coef`` and ``coin_step`` change only how far a release moves the weights,
+never what is released or charged (docs/privacy.md, "Update rules"): the paper's
+``"bit"`` and ``"move"`` by default; ``"posterior-mean"``: a noised release moves
+them by the public posterior mean of s_{j*} after it, ``q+' - q-'``; ``"skip"``: a
+coin release draws nothing and moves nothing (``Release.bit`` 0), so PAC-ZPL's
+output is a function of public inputs alone.
 
 Every charge is added to ``mi_spent`` rounded upwards, and a charge that would
 take ``mi_spent`` above the total budget is never made (the release becomes a
@@ -52,8 +40,8 @@ only exact unanimity happens.
 With K directions per step (Appendix K) the per-step budget is split into
 ``beta_t / K`` per release and the posterior is updated sequentially.
 
-All private randomness (j*, noise, coins) comes from
-:func:`paczero.subsets.private_generator`.
+The noise and the coins come from :func:`paczero.subsets.private_generator`; so does j* when not
+given (a run gives it, drawn with the design on a key of its own: :func:`paczero.subsets.secret_generator`).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ The parts, each in the file named after it:
   CPU, 2^24 on accelerators); chunk c is drawn from the chunk seed
   ``chunk_seeds(direction_seed(seed, step, k, i))[c]``: on CPU by torch's
   generator seeded with it (``torch.randn`` per chunk), on CUDA by the fused
-  Triton kernels of :mod:`paczero.cuda_directions`, which compute a Philox
+  Triton kernels of :mod:`paczero.zo.cuda_directions`, which compute a Philox
   stream where it is used (no z is stored there; without Triton, or with
   ``PACZERO_TORCH_DIRECTIONS=1``, torch's generator per chunk there too).
   :attr:`Perturber.directions` names the generator; a run records it. Chunks

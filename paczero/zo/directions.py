@@ -6,7 +6,7 @@ values each; chunk c is defined by the seed
 ``chunk_seeds(direction_seed(seed, step, k, i))[c]``. On CPU (and on CUDA
 without Triton, or with ``PACZERO_TORCH_DIRECTIONS=1``) chunk c is
 ``torch.randn`` from a generator seeded with that chunk seed; on CUDA with
-Triton the fused kernels of :mod:`paczero.cuda_directions` compute the same
+Triton the fused kernels of :mod:`paczero.zo.cuda_directions` compute the same
 chunk layout's Philox stream where it is used (no z is stored there).
 :func:`source_name` names the generator (a run records it).
 """
@@ -22,7 +22,7 @@ from functools import partial
 import numpy as np
 import torch
 
-from paczero import cuda_directions as _cd
+from paczero.zo import cuda_directions as _cd
 
 
 def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
@@ -185,7 +185,7 @@ class DirectionDraws:
         return seeds
 
     def _fused_chunks(self, key: tuple[int, int, int], first: int, last: int, **kw) -> None:
-        """:func:`paczero.cuda_directions.chunks` over chunks ``first..last-1`` of direction ``key``."""
+        """:func:`paczero.zo.cuda_directions.chunks` over chunks ``first..last-1`` of direction ``key``."""
         lay = self._layouts[key[2]]
         _cd.chunks(self._device_seeds(key), lay.per_chunk * lay.row, self.params[key[2]].numel(), first, last, **kw)
 

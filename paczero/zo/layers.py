@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from paczero import cuda_directions as _cd
+from paczero.zo import cuda_directions as _cd
 
 #: values per block of output rows of a Linear too big to perturb whole (CPU; on an accelerator 2^24)
 _BLOCK_VALUES = 1 << 20
@@ -107,7 +107,7 @@ class LayerPaths:
 
     def _fused_values(self, p: torch.nn.Parameter, base: torch.Tensor, step: int, k: int, scales, scratch,
                       first: int = 0, last: int | None = None) -> dict | None:
-        """Fused kernels (see :mod:`paczero.cuda_directions`): {scale: fl(fl(z * scale) + base)} in base's
+        """Fused kernels (see :mod:`paczero.zo.cuda_directions`): {scale: fl(fl(z * scale) + base)} in base's
         dtype, written into scratch by kernels that draw z as they go; both signs of a block from one kernel
         and one product. ``base`` is p's data over chunks ``first..last-1``. None where p's z is torch's."""
         i = self._index[id(p)]

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from paczero import cuda_directions as _cd
+from paczero.zo import cuda_directions as _cd
 from paczero.zo.directions import ChunkLayout, DirectionDraws, chunk_values, source_name
 from paczero.zo import layers as _layers
 from paczero.zo.layers import LayerPaths
@@ -93,7 +93,7 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
         self.big_values = None if big_values is None else int(big_values)
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self._layouts = [ChunkLayout(p.shape, chunk_values(p.device)) for p in self.params]
-        #: parameters whose z is :mod:`paczero.cuda_directions`' (CUDA with Triton): fused kernels
+        #: parameters whose z is :mod:`paczero.zo.cuda_directions`' (CUDA with Triton): fused kernels
         self._fused = [_cd.enabled(p.device) for p in self.params]
         #: which generator defines z here (recorded with a run; data-parallel ranks must agree)
         self.directions = "; ".join(sorted({source_name(p.device, fused)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from paczero import cuda_directions as _cd
+from paczero.zo import cuda_directions as _cd
 from paczero.zo.directions import WORKERS
 
 #: values per block of the cached update's arithmetic (no full-size temporary)

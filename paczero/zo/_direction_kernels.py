@@ -1,4 +1,4 @@
-"""The Triton kernels of :mod:`paczero.cuda_directions` (imported only where they are used: Triton is optional).
+"""The Triton kernels of :mod:`paczero.zo.cuda_directions` (imported only where they are used: Triton is optional).
 
 The definition of the values they compute, and why, is in that module's docstring.
 """

@@ -66,7 +66,7 @@ def enabled(device) -> bool:
 
 def _kernel(name: str):
     if "kernels" not in _KERNELS:
-        from paczero import _direction_kernels
+        from paczero.zo import _direction_kernels
         _KERNELS["kernels"] = {"chunks": _direction_kernels._chunks_kernel, "rows": _direction_kernels._rows_kernel}
     return _KERNELS["kernels"][name]
 
