@@ -392,6 +392,7 @@ def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     now = experiment(json.loads(json.dumps(wanted.to_dict())))
     if now.get("data") not in (None, "demo"):  # recorded resolved by the run
         now["data"] = str(Path(now["data"]).expanduser().resolve())
+    ran = experiment(ran)  # a key the finished run predates: its default
     return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k])
 
 

@@ -505,3 +505,16 @@ def test_the_dp_cliff_of_another_experiment_carries_no_paper_curve(tmp_path, mon
     (labels, ticks), = [(lb, tk) for fig in saved for _, _, title, lb, tk in fig if title.startswith("The DP-ZO cliff")]
     assert labels and not [lb for lb in labels if lb.startswith("paper")], labels
     assert ticks == ["2"]
+
+
+def test_a_key_a_run_predates_counts_as_its_default():
+    """A run recorded before a config key existed (noised_coef, coin_step) is the same experiment as one that
+    records the key's default: the same cell, and a sweep does not call it 'other settings'. Red if the missing
+    key compared as None."""
+    from paczero.config import TrainConfig
+    from paczero.report.cells import experiment
+
+    now = json.loads(json.dumps(TrainConfig().to_dict()))
+    old = {k: v for k, v in now.items() if k not in ("noised_coef", "coin_step")}
+    assert experiment(old) == experiment(now)
+    assert experiment({**old, "coin_step": "skip"}) != experiment(now)

@@ -193,7 +193,13 @@ EXECUTION_KEYS = frozenset({"seed", "data_seed", "private_seed", "out_dir", "ove
 
 
 def experiment(cfg: dict) -> dict:
-    return {k: v for k, v in cfg.items() if k not in EXECUTION_KEYS}
+    """A run's settings that define its experiment (execution keys aside); a key the run's config predates
+    counts as its default (a run recorded before ``noised_coef`` existed ran the paper's rule)."""
+    from paczero.config import TrainConfig
+
+    defaults = json.loads(json.dumps(TrainConfig().to_dict()))
+    full = {**{k: v for k, v in defaults.items() if k not in cfg}, **cfg}
+    return {k: v for k, v in full.items() if k not in EXECUTION_KEYS}
 
 
 @dataclass
