@@ -575,6 +575,8 @@ TUNED_OOD = ("yelp.jsonl, the Yelp file of the same collection (CC BY 4.0): 1000
              "500 positive, the same rows")
 #: the learning-rate grids: 4 values spanning 10x around each family's cpu-scale value
 TUNED_GRID = {"pac": [2e-3, 5e-3, 1e-2, 2e-2], "dp": [1e-4, 2.5e-4, 5e-4, 1e-3]}
+#: the next value beyond each end of a grid: run for a method only when its choice lies at that end
+TUNED_EDGE = {"pac": [1e-3, 5e-2], "dp": [5e-5, 2.5e-3]}
 
 
 def cpu_tuned() -> list[tuple]:
@@ -609,7 +611,7 @@ def cpu_tuned() -> list[tuple]:
                      fw_agg, "dp"))
     out = []
     for method, title, cfg, fw, grid in methods:
-        for lr in TUNED_GRID[grid]:
+        for lr in TUNED_GRID[grid] + TUNED_EDGE[grid]:
             out.append((f"{method}-lr{_sci(lr)}", f"{title}, lr {_sci(lr)}", {**cfg, "lr": lr}, fw, method))
     return out
 
@@ -640,12 +642,20 @@ def render_cpu_tuned(cell: str, title: str, cfg: dict, forwards: float) -> str:
 
 
 def cpu_tuned_readme(cells: list[tuple]) -> str:
-    grid_runs = sum(cpu_seconds(cfg, fw) for _, _, cfg, fw, _ in cells)
     methods = {}
     for cell, title, cfg, fw, method in cells:
         methods.setdefault(method, (title.rsplit(", lr", 1)[0], cfg, fw, []))[3].append(cfg["lr"])
     seeds_after = sum(cpu_seconds(cfg, fw) for _, cfg, fw, _ in methods.values()) * (len(CPU_SEEDS) - 1)
-    rows = [f"| `{m}-lr*` | {t} | {cfg['steps']} | {', '.join(_sci(x) for x in lrs)} | "
+    family = {m: ("dp" if cfg["mechanism"] in ("dpzero-aggzo1", "dp-aggzo") else "pac")
+              for m, (_, cfg, _, _) in methods.items()}
+    patterns = [f"{TUNED_TABLE}/{{{','.join(m for m in methods if family[m] == fam)}}}-lr"
+                f"{{{','.join(_sci(x) for x in TUNED_GRID[fam])}}}" for fam in ("pac", "dp")]
+    in_grid = [(cfg, fw) for _, _, cfg, fw, m in cells if cfg["lr"] in TUNED_GRID[family[m]]]
+    grid_runs = sum(cpu_seconds(cfg, fw) for cfg, fw in in_grid)
+    grid_command = "\n".join([f"   paczero sweep {patterns[0]} \\", f"       {patterns[1]} \\",
+                               f"       --seeds 0 --set data=PATH/imdb.jsonl --set ood_data=PATH/yelp.jsonl "
+                               f"--out-root runs/{TUNED_TABLE}"])
+    rows = [f"| `{m}-lr*` | {t} | {cfg['steps']} | {', '.join(_sci(x) for x in sorted(lrs))} | "
             f"{cfg['lr_schedule']} | {cpu_seconds(cfg, fw) / 60:.1f} |" for m, (t, cfg, fw, lrs) in methods.items()]
     return f"""# The tuned CPU table (`{TUNED_TABLE}`)
 
@@ -659,11 +669,15 @@ Data (not shipped with paczero; the recipes take their paths): {CPU_DATA}; out-o
 
 ## Protocol
 
-1. The grid, on the first data seed (dev decides; test and the out-of-domain file are not looked at):
+1. The grid, on the first data seed (dev decides; test and the out-of-domain file are not looked at): the
+   four middle values of each method's list below (the first and last are its edges):
 
    ```bash
-   paczero sweep '{TUNED_TABLE}/*' --seeds 0 --set data=PATH/imdb.jsonl --set ood_data=PATH/yelp.jsonl --out-root runs/{TUNED_TABLE}
+{grid_command}
    ```
+
+   A method whose best value is an end of its grid also runs the edge beyond it (e.g.
+   `{TUNED_TABLE}/lora-zpl-skip-lr5e-2`), and so on while the best stays at the end.
 
 2. Per method, the learning rate whose released weights have the highest dev accuracy (ties: the lower
    dev loss) is chosen (`paczero report runs/{TUNED_TABLE}` prints each value's dev figures and the choice);
@@ -676,11 +690,11 @@ Data (not shipped with paczero; the recipes take their paths): {CPU_DATA}; out-o
 3. `paczero report runs/{TUNED_TABLE}`: the table of the chosen cells (n = 3), with test accuracy on the
    held-out IMDb split and on the Yelp file, the loss attack's AUC, and the grid.
 
-| method | what | T | lr grid | schedule | min per run |
+| method | what | T | lr: edge, grid, edge | schedule | min per run |
 |---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Budget: the grid, {len(cells)} runs, about **{grid_runs / 3600:.1f} h**; the chosen cells on 2 more seeds, about
+Budget: the grid, {len(in_grid)} runs, about **{grid_runs / 3600:.1f} h**; the chosen cells on 2 more seeds, about
 **{seeds_after / 3600:.1f} h** (2 cores, one run after another; estimates as the `cpu-scale` table's). The
 sweep resumes across sittings.
 
