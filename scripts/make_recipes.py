@@ -486,19 +486,22 @@ CPU_HEADER = """\
 """
 
 
-def render_cpu_scale(cell: str, title: str, cfg: dict, forwards: float) -> str:
+def _render_cpu(table: str, cell: str, title: str, cfg: dict, head: str) -> str:
+    """A CPU table's recipe: its header (long lines wrapped as comments), the recipe block and the config."""
     import textwrap
 
-    name = f"{CPU_TABLE}/{cell}"
-    cfg = {k: cfg[k] for k in CPU_KEY_ORDER if k in cfg}
-    head = CPU_HEADER.format(title=title, data=CPU_DATA, seeds=" ".join(map(str, CPU_SEEDS)), name=name,
-                             seed0=CPU_SEEDS[0], steps=cfg["steps"], forwards=forwards, track=cfg["track"],
-                             minutes=cpu_seconds(cfg, forwards) / 60)
     head = "\n".join(line if len(line) <= 110 else "\n# ".join(textwrap.wrap(line, 108, break_on_hyphens=False))
                      for line in head.splitlines()) + "\n"
-    recipe = {"recipe": {"name": name, "table": CPU_TABLE, "cell": cell, "title": title, "seeds": CPU_SEEDS,
+    recipe = {"recipe": {"name": f"{table}/{cell}", "table": table, "cell": cell, "title": title, "seeds": CPU_SEEDS,
                          "seed_field": "data_seed", "requires_data": CPU_DATA}}
-    return head + dump(recipe) + "\n" + dump(cfg)
+    return head + dump(recipe) + "\n" + dump({k: cfg[k] for k in CPU_KEY_ORDER if k in cfg})
+
+
+def render_cpu_scale(cell: str, title: str, cfg: dict, forwards: float) -> str:
+    head = CPU_HEADER.format(title=title, data=CPU_DATA, seeds=" ".join(map(str, CPU_SEEDS)), name=f"{CPU_TABLE}/{cell}",
+                             seed0=CPU_SEEDS[0], steps=cfg["steps"], forwards=forwards, track=cfg["track"],
+                             minutes=cpu_seconds(cfg, forwards) / 60)
+    return _render_cpu(CPU_TABLE, cell, title, cfg, head)
 
 
 def cpu_scale_readme(cells: list[tuple]) -> str:
@@ -628,17 +631,9 @@ TUNED_HEADER = """\
 
 
 def render_cpu_tuned(cell: str, title: str, cfg: dict, forwards: float) -> str:
-    import textwrap
-
-    name = f"{TUNED_TABLE}/{cell}"
-    cfg = {k: cfg[k] for k in CPU_KEY_ORDER if k in cfg}
-    head = TUNED_HEADER.format(title=title, data=CPU_DATA, ood=TUNED_OOD, name=name, steps=cfg["steps"],
-                               forwards=forwards, minutes=cpu_seconds(cfg, forwards) / 60)
-    head = "\n".join(line if len(line) <= 110 else "\n# ".join(textwrap.wrap(line, 108, break_on_hyphens=False))
-                     for line in head.splitlines()) + "\n"
-    recipe = {"recipe": {"name": name, "table": TUNED_TABLE, "cell": cell, "title": title, "seeds": CPU_SEEDS,
-                         "seed_field": "data_seed", "requires_data": CPU_DATA}}
-    return head + dump(recipe) + "\n" + dump(cfg)
+    head = TUNED_HEADER.format(title=title, data=CPU_DATA, ood=TUNED_OOD, name=f"{TUNED_TABLE}/{cell}",
+                               steps=cfg["steps"], forwards=forwards, minutes=cpu_seconds(cfg, forwards) / 60)
+    return _render_cpu(TUNED_TABLE, cell, title, cfg, head)
 
 
 def cpu_tuned_readme(cells: list[tuple]) -> str:
