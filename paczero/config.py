@@ -144,158 +144,194 @@ class TrainConfig:
 
     # ------------------------------------------------------------------
     def validate(self) -> "TrainConfig":
-        """Check the configuration; return self. Raises ConfigError with one line."""
-        def need(cond: bool, msg: str) -> None:
-            if not cond:
-                raise ConfigError(msg)
-
-        def finite_pos(name: str, v: Any, allow_zero: bool = False) -> None:
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-            need(ok, f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {v!r}")
-
-        def integer(name: str, v: Any, lo: int) -> None:
-            need(isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"{name} must be an integer >= {lo}, got {v!r}")
-
-        need(isinstance(self.model, str) and self.model.strip() != "", "model must be a non-empty name or path")
-        need(self.track in ("lora", "ft"), f"track must be 'lora' or 'ft', got {self.track!r}")
-        need(self.device_map in (None, "auto", "balanced", "balanced_low_0", "sequential"),
-             f"device_map must be auto, balanced, balanced_low_0 or sequential, got {self.device_map!r}")
-        need(self.dtype in ("fp32", "bf16", "fp16"), f"dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
-        need(self.device == "auto" or self.device == "cpu" or str(self.device).startswith("cuda"),
-             f"device must be auto, cpu or cuda[:N], got {self.device!r}")
-        integer("lora_r", self.lora_r, 1)
-        finite_pos("lora_alpha", self.lora_alpha)
-        need(self.task in TASKS, f"unknown task {self.task!r}; choose one of {', '.join(TASKS)}")
-        need(self.objective in ("nll", "f1"), f"objective must be 'nll' or 'f1', got {self.objective!r}")
-        integer("n_train", self.n_train, 2)
-        integer("n_dev", self.n_dev, 1)
-        if self.n_test is not None:
-            integer("n_test", self.n_test, 1)
-        need(self.mechanism in MECHANISMS, f"unknown mechanism {self.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
-        integer("num_subsets", self.num_subsets, 2)
-        need(self.num_subsets % 2 == 0, f"num_subsets (M) must be even, got {self.num_subsets}")
-        integer("steps", self.steps, 1)
-        finite_pos("lr", self.lr)
-        need(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
-        finite_pos("weight_decay", self.weight_decay, allow_zero=True)
-        finite_pos("mu", self.mu)
-        if self.clip is not None:
-            finite_pos("clip", self.clip)
-        integer("num_directions", self.num_directions, 1)
-        integer("eval_every", self.eval_every, 1)
-        if self.select_metric is not None:
-            need(self.select_metric in SELECT_METRICS,
-                 f"select_metric must be one of {', '.join(SELECT_METRICS)}, got {self.select_metric!r}")
-            need(self.select_metric != ("accuracy" if self.task in ("squad", "completion") else "f1"),
-                 f"select_metric {self.select_metric} does not apply to task {self.task} (its dev metrics: "
-                 f"{'loss, f1' if self.task in ('squad', 'completion') else 'loss, accuracy'})")
-        integer("token_budget", self.token_budget, 16)
-        integer("lockstep_batches", self.lockstep_batches, 0)
-        if self.compile:
-            need(self.track == "lora", "compile applies to --track lora only (full fine-tuning reroutes module "
-                                       "forwards inside each evaluation, which a compiled graph would not see)")
-            need(self.task in CLASSIFICATION_TASKS, "compile applies to classification tasks only (SQuAD decodes answers "
-                                       "with a key-value cache, which is not compiled here)")
-            need(self.device_map is None, "compile does not apply to a sharded model (--device-map)")
-        integer("checkpoint_every", self.checkpoint_every, 1)
-        need(self.report_to in REPORT_TO, f"report_to must be one of {', '.join(REPORT_TO)}, got {self.report_to!r}")
-        if self.push_to_hub is not None:
-            from huggingface_hub.errors import HFValidationError
-            from huggingface_hub.utils import validate_repo_id
-
-            try:
-                validate_repo_id(self.push_to_hub)
-            except HFValidationError as e:
-                raise ConfigError(f"push_to_hub {self.push_to_hub!r}: {str(e).splitlines()[0]}") from None
-        need(not (self.overwrite and self.resume), "give --overwrite (replace the run in out_dir) or --resume "
-                                                   "(continue it), not both")
-        if self.lora_targets is not None:
-            need(isinstance(self.lora_targets, list) and len(self.lora_targets) > 0
-                 and all(isinstance(t, str) and t.strip() and "," not in t for t in self.lora_targets),
-                 f"lora_targets must be a list of module names, e.g. q_proj,v_proj, got {self.lora_targets!r}")
-        integer("max_new_tokens", self.max_new_tokens, 1)
-        integer("max_length", self.max_length, 2)
-        need(self.task != "squad" or self.max_length > self.max_new_tokens,
-             f"max_length ({self.max_length}) must exceed max_new_tokens ({self.max_new_tokens})")
-        need(self.answer_stop in ANSWER_STOPS,
-             f"answer_stop must be one of {', '.join(ANSWER_STOPS)}, got {self.answer_stop!r}")
-        if self.rungs is not None:
-            need(isinstance(self.rungs, list) and len(self.rungs) > 0
-                 and all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in self.rungs),
-                 f"rungs must be a non-empty list of steps >= 1, e.g. [500, 1000, 1500], got {self.rungs!r}")
-            need(all(a < b for a, b in zip(self.rungs, self.rungs[1:])),
-                 f"rungs must be increasing, got {self.rungs}")
-            need(self.rungs[-1] <= self.steps, f"rung {self.rungs[-1]} lies beyond steps ({self.steps}); "
-                                               f"a ladder runs to its last rung (steps {self.rungs[-1]})")
-        integer("seed", self.seed, 0)
-        if self.private_seed is not None:
-            integer("private_seed", self.private_seed, 0)
-        if self.mechanism in MI_BUDGETED:
-            need(self.mi_budget is not None, f"{self.mechanism} needs mi_budget (total MI in nats), e.g. --mi-budget 0.33")
-            finite_pos("mi_budget", self.mi_budget)
-        elif self.mi_budget is not None:
-            raise ConfigError(f"mi_budget applies to pac-mi and hybrid only, not {self.mechanism}")
-        need(self.schedule in ("adaptive", "uniform"), f"schedule must be 'adaptive' or 'uniform', got {self.schedule!r}")
-        need(self.coin_step in ("move", "skip"), f"coin_step must be 'move' or 'skip', got {self.coin_step!r}")
-        need(self.noised_coef in ("bit", "posterior-mean"),
-             f"noised_coef must be 'bit' or 'posterior-mean', got {self.noised_coef!r}")
-        if self.noised_coef != "bit":
-            need(self.mechanism in ("pac-mi", "hybrid"),
-                 f"noised_coef applies to pac-mi and hybrid only, not {self.mechanism}")
-        if self.coin_step != "move":
-            need(self.mechanism in ("pac-zpl", "pac-mi", "hybrid"),
-                 f"coin_step applies to pac-zpl, pac-mi and hybrid only, not {self.mechanism}")
-        if self.mechanism == "hybrid":
-            need(self.switch_step is not None, "hybrid needs switch_step")
-            integer("switch_step", self.switch_step, 0)
-        if self.mechanism in DP_MECHANISMS:
-            need(self.epsilon is not None, f"{self.mechanism} needs epsilon, e.g. --epsilon 2")
-            finite_pos("epsilon", self.epsilon)
-            need(isinstance(self.delta, float) and 0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta!r}")
-            finite_pos("dp_clip", self.dp_clip)
-            need(isinstance(self.sample_rate, (int, float)) and 0 < self.sample_rate <= 1,
-                 f"sample_rate must be in (0, 1], got {self.sample_rate!r}")
-            need(self.accountant in ("rdp", "pld"), f"accountant must be 'rdp' or 'pld', got {self.accountant!r}")
-            if self.mechanism in ("dpzero", "dpzero-aggzo1"):
-                need(self.num_directions == 1, f"{self.mechanism} uses one direction per step (num_directions 1); "
-                                               "use dp-aggzo for K > 1")
-        elif self.epsilon is not None:
-            raise ConfigError(f"epsilon applies to {', '.join(DP_MECHANISMS)} only, not {self.mechanism}")
-        if self.batch_size is not None:
-            need(self.mechanism == "mezo", "batch_size applies to mezo only")
-            integer("batch_size", self.batch_size, 1)
-        if self.labels is not None:
-            need(self.task in CLASSIFICATION_TASKS,
-                 f"labels apply to the classification tasks ({', '.join(CLASSIFICATION_TASKS)}), not {self.task}")
-            need(isinstance(self.labels, list) and len(self.labels) >= 2
-                 and all(isinstance(n, str) and n.strip() and "," not in n for n in self.labels)
-                 and len({n.strip() for n in self.labels}) == len(self.labels),
-                 f"labels must be two or more distinct class names, e.g. negative,positive, got {self.labels!r}")
-            need(self.verbalizer is None or set(self.verbalizer) == set(range(len(self.labels))),
-                 f"verbalizer labels {sorted(self.verbalizer or {})} must be the positions 0..{len(self.labels) - 1} "
-                 f"of the {len(self.labels)} label names")
-        if self.verbalizer is not None:
-            need(isinstance(self.verbalizer, dict) and len(self.verbalizer) >= 2
-                 and all(isinstance(v, str) and v for v in self.verbalizer.values()),
-                 "verbalizer must map at least two labels to non-empty strings")
-        if self.template is not None:
-            need(self.task != "completion", "template does not apply to task completion: its prompts are the "
-                                            "data's prompt column (or its messages)")
-            allowed = ("title", "context", "question") if self.task == "squad" else ("sentence",)
-            try:
-                names = [name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None]
-            except ValueError as e:
-                raise ConfigError(f"template is not a format string ({e}); write literal braces as {{{{ and }}}}") from None
-            bad = next((name for name in names if name not in allowed), None)
-            need(bad is None, f"template may use {' '.join('{' + a + '}' for a in allowed)} only, not {{{bad}}}")
-            if self.task != "squad":
-                need("sentence" in names, "template must contain {sentence}")
-        if self.data is not None and self.data != "demo":
-            p = Path(self.data).expanduser()
-            need(p.is_file(), f"data file {self.data!r} does not exist" if not p.exists() else
-                 f"data {self.data!r} is not a file")
-            need(os.access(p, os.R_OK), f"data file {self.data!r} is not readable")
+        """Check the configuration; return self. Raises ConfigError with one line (the checks by concern
+        below, in this order: the first problem found is the one named)."""
+        for check in (_check_model, _check_task, _check_optimisation, _check_engineering, _check_rungs_and_seeds,
+                      _check_mechanism, _check_prompt_and_data):
+            check(self)
         return self
+
+
+# -- validation, by concern (TrainConfig.validate runs them in order) -----------------------------------------
+def need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def finite_pos(name: str, v: Any, allow_zero: bool = False) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
+    need(ok, f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}, got {v!r}")
+
+
+def integer(name: str, v: Any, lo: int) -> None:
+    need(isinstance(v, int) and not isinstance(v, bool) and v >= lo, f"{name} must be an integer >= {lo}, got {v!r}")
+
+
+def _check_model(cfg: TrainConfig) -> None:
+    """Model, track, dtype, device, LoRA."""
+    need(isinstance(cfg.model, str) and cfg.model.strip() != "", "model must be a non-empty name or path")
+    need(cfg.track in ("lora", "ft"), f"track must be 'lora' or 'ft', got {cfg.track!r}")
+    need(cfg.device_map in (None, "auto", "balanced", "balanced_low_0", "sequential"),
+         f"device_map must be auto, balanced, balanced_low_0 or sequential, got {cfg.device_map!r}")
+    need(cfg.dtype in ("fp32", "bf16", "fp16"), f"dtype must be fp32, bf16 or fp16, got {cfg.dtype!r}")
+    need(cfg.device == "auto" or cfg.device == "cpu" or str(cfg.device).startswith("cuda"),
+         f"device must be auto, cpu or cuda[:N], got {cfg.device!r}")
+    integer("lora_r", cfg.lora_r, 1)
+    finite_pos("lora_alpha", cfg.lora_alpha)
+
+
+def _check_task(cfg: TrainConfig) -> None:
+    """The task and the sizes of its splits."""
+    need(cfg.task in TASKS, f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
+    need(cfg.objective in ("nll", "f1"), f"objective must be 'nll' or 'f1', got {cfg.objective!r}")
+    integer("n_train", cfg.n_train, 2)
+    integer("n_dev", cfg.n_dev, 1)
+    if cfg.n_test is not None:
+        integer("n_test", cfg.n_test, 1)
+
+
+def _check_optimisation(cfg: TrainConfig) -> None:
+    """The mechanism's name, M, T, the step and the evaluations."""
+    need(cfg.mechanism in MECHANISMS, f"unknown mechanism {cfg.mechanism!r}; choose one of {', '.join(MECHANISMS)}")
+    integer("num_subsets", cfg.num_subsets, 2)
+    need(cfg.num_subsets % 2 == 0, f"num_subsets (M) must be even, got {cfg.num_subsets}")
+    integer("steps", cfg.steps, 1)
+    finite_pos("lr", cfg.lr)
+    need(cfg.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {cfg.lr_schedule!r}")
+    finite_pos("weight_decay", cfg.weight_decay, allow_zero=True)
+    finite_pos("mu", cfg.mu)
+    if cfg.clip is not None:
+        finite_pos("clip", cfg.clip)
+    integer("num_directions", cfg.num_directions, 1)
+    integer("eval_every", cfg.eval_every, 1)
+    if cfg.select_metric is not None:
+        need(cfg.select_metric in SELECT_METRICS,
+             f"select_metric must be one of {', '.join(SELECT_METRICS)}, got {cfg.select_metric!r}")
+        need(cfg.select_metric != ("accuracy" if cfg.task in ("squad", "completion") else "f1"),
+             f"select_metric {cfg.select_metric} does not apply to task {cfg.task} (its dev metrics: "
+             f"{'loss, f1' if cfg.task in ('squad', 'completion') else 'loss, accuracy'})")
+
+
+def _check_engineering(cfg: TrainConfig) -> None:
+    """Micro-batches, compile, checkpoints, trackers, the hub, the run folder, generation."""
+    integer("token_budget", cfg.token_budget, 16)
+    integer("lockstep_batches", cfg.lockstep_batches, 0)
+    if cfg.compile:
+        need(cfg.track == "lora", "compile applies to --track lora only (full fine-tuning reroutes module "
+                                   "forwards inside each evaluation, which a compiled graph would not see)")
+        need(cfg.task in CLASSIFICATION_TASKS, "compile applies to classification tasks only (SQuAD decodes answers "
+                                   "with a key-value cache, which is not compiled here)")
+        need(cfg.device_map is None, "compile does not apply to a sharded model (--device-map)")
+    integer("checkpoint_every", cfg.checkpoint_every, 1)
+    need(cfg.report_to in REPORT_TO, f"report_to must be one of {', '.join(REPORT_TO)}, got {cfg.report_to!r}")
+    if cfg.push_to_hub is not None:
+        from huggingface_hub.errors import HFValidationError
+        from huggingface_hub.utils import validate_repo_id
+
+        try:
+            validate_repo_id(cfg.push_to_hub)
+        except HFValidationError as e:
+            raise ConfigError(f"push_to_hub {cfg.push_to_hub!r}: {str(e).splitlines()[0]}") from None
+    need(not (cfg.overwrite and cfg.resume), "give --overwrite (replace the run in out_dir) or --resume "
+                                               "(continue it), not both")
+    if cfg.lora_targets is not None:
+        need(isinstance(cfg.lora_targets, list) and len(cfg.lora_targets) > 0
+             and all(isinstance(t, str) and t.strip() and "," not in t for t in cfg.lora_targets),
+             f"lora_targets must be a list of module names, e.g. q_proj,v_proj, got {cfg.lora_targets!r}")
+    integer("max_new_tokens", cfg.max_new_tokens, 1)
+    integer("max_length", cfg.max_length, 2)
+    need(cfg.task != "squad" or cfg.max_length > cfg.max_new_tokens,
+         f"max_length ({cfg.max_length}) must exceed max_new_tokens ({cfg.max_new_tokens})")
+    need(cfg.answer_stop in ANSWER_STOPS,
+         f"answer_stop must be one of {', '.join(ANSWER_STOPS)}, got {cfg.answer_stop!r}")
+
+
+def _check_rungs_and_seeds(cfg: TrainConfig) -> None:
+    """T-ladder rungs and the seeds."""
+    if cfg.rungs is not None:
+        need(isinstance(cfg.rungs, list) and len(cfg.rungs) > 0
+             and all(isinstance(r, int) and not isinstance(r, bool) and r >= 1 for r in cfg.rungs),
+             f"rungs must be a non-empty list of steps >= 1, e.g. [500, 1000, 1500], got {cfg.rungs!r}")
+        need(all(a < b for a, b in zip(cfg.rungs, cfg.rungs[1:])),
+             f"rungs must be increasing, got {cfg.rungs}")
+        need(cfg.rungs[-1] <= cfg.steps, f"rung {cfg.rungs[-1]} lies beyond steps ({cfg.steps}); "
+                                           f"a ladder runs to its last rung (steps {cfg.rungs[-1]})")
+    integer("seed", cfg.seed, 0)
+    if cfg.private_seed is not None:
+        integer("private_seed", cfg.private_seed, 0)
+
+
+def _check_mechanism(cfg: TrainConfig) -> None:
+    """Each mechanism's own settings."""
+    if cfg.mechanism in MI_BUDGETED:
+        need(cfg.mi_budget is not None, f"{cfg.mechanism} needs mi_budget (total MI in nats), e.g. --mi-budget 0.33")
+        finite_pos("mi_budget", cfg.mi_budget)
+    elif cfg.mi_budget is not None:
+        raise ConfigError(f"mi_budget applies to pac-mi and hybrid only, not {cfg.mechanism}")
+    need(cfg.schedule in ("adaptive", "uniform"), f"schedule must be 'adaptive' or 'uniform', got {cfg.schedule!r}")
+    need(cfg.coin_step in ("move", "skip"), f"coin_step must be 'move' or 'skip', got {cfg.coin_step!r}")
+    need(cfg.noised_coef in ("bit", "posterior-mean"),
+         f"noised_coef must be 'bit' or 'posterior-mean', got {cfg.noised_coef!r}")
+    if cfg.noised_coef != "bit":
+        need(cfg.mechanism in ("pac-mi", "hybrid"),
+             f"noised_coef applies to pac-mi and hybrid only, not {cfg.mechanism}")
+    if cfg.coin_step != "move":
+        need(cfg.mechanism in ("pac-zpl", "pac-mi", "hybrid"),
+             f"coin_step applies to pac-zpl, pac-mi and hybrid only, not {cfg.mechanism}")
+    if cfg.mechanism == "hybrid":
+        need(cfg.switch_step is not None, "hybrid needs switch_step")
+        integer("switch_step", cfg.switch_step, 0)
+    if cfg.mechanism in DP_MECHANISMS:
+        need(cfg.epsilon is not None, f"{cfg.mechanism} needs epsilon, e.g. --epsilon 2")
+        finite_pos("epsilon", cfg.epsilon)
+        need(isinstance(cfg.delta, float) and 0 < cfg.delta < 1, f"delta must be in (0, 1), got {cfg.delta!r}")
+        finite_pos("dp_clip", cfg.dp_clip)
+        need(isinstance(cfg.sample_rate, (int, float)) and 0 < cfg.sample_rate <= 1,
+             f"sample_rate must be in (0, 1], got {cfg.sample_rate!r}")
+        need(cfg.accountant in ("rdp", "pld"), f"accountant must be 'rdp' or 'pld', got {cfg.accountant!r}")
+        if cfg.mechanism in ("dpzero", "dpzero-aggzo1"):
+            need(cfg.num_directions == 1, f"{cfg.mechanism} uses one direction per step (num_directions 1); "
+                                           "use dp-aggzo for K > 1")
+    elif cfg.epsilon is not None:
+        raise ConfigError(f"epsilon applies to {', '.join(DP_MECHANISMS)} only, not {cfg.mechanism}")
+    if cfg.batch_size is not None:
+        need(cfg.mechanism == "mezo", "batch_size applies to mezo only")
+        integer("batch_size", cfg.batch_size, 1)
+
+
+def _check_prompt_and_data(cfg: TrainConfig) -> None:
+    """Labels, verbalizer, template and the data file."""
+    if cfg.labels is not None:
+        need(cfg.task in CLASSIFICATION_TASKS,
+             f"labels apply to the classification tasks ({', '.join(CLASSIFICATION_TASKS)}), not {cfg.task}")
+        need(isinstance(cfg.labels, list) and len(cfg.labels) >= 2
+             and all(isinstance(n, str) and n.strip() and "," not in n for n in cfg.labels)
+             and len({n.strip() for n in cfg.labels}) == len(cfg.labels),
+             f"labels must be two or more distinct class names, e.g. negative,positive, got {cfg.labels!r}")
+        need(cfg.verbalizer is None or set(cfg.verbalizer) == set(range(len(cfg.labels))),
+             f"verbalizer labels {sorted(cfg.verbalizer or {})} must be the positions 0..{len(cfg.labels) - 1} "
+             f"of the {len(cfg.labels)} label names")
+    if cfg.verbalizer is not None:
+        need(isinstance(cfg.verbalizer, dict) and len(cfg.verbalizer) >= 2
+             and all(isinstance(v, str) and v for v in cfg.verbalizer.values()),
+             "verbalizer must map at least two labels to non-empty strings")
+    if cfg.template is not None:
+        need(cfg.task != "completion", "template does not apply to task completion: its prompts are the "
+                                        "data's prompt column (or its messages)")
+        allowed = ("title", "context", "question") if cfg.task == "squad" else ("sentence",)
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(cfg.template) if name is not None]
+        except ValueError as e:
+            raise ConfigError(f"template is not a format string ({e}); write literal braces as {{{{ and }}}}") from None
+        bad = next((name for name in names if name not in allowed), None)
+        need(bad is None, f"template may use {' '.join('{' + a + '}' for a in allowed)} only, not {{{bad}}}")
+        if cfg.task != "squad":
+            need("sentence" in names, "template must contain {sentence}")
+    if cfg.data is not None and cfg.data != "demo":
+        p = Path(cfg.data).expanduser()
+        need(p.is_file(), f"data file {cfg.data!r} does not exist" if not p.exists() else
+             f"data {cfg.data!r} is not a file")
+        need(os.access(p, os.R_OK), f"data file {cfg.data!r} is not readable")
 
 
 def _as_number(cls, key: str, value: Any) -> Any:
