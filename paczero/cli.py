@@ -28,7 +28,26 @@ class UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> typing.NoReturn:  # one line, exit 2
-        raise UsageError(message)
+        raise UsageError(message + self._did_you_mean(message))
+
+    def _did_you_mean(self, message: str) -> str:
+        """For unrecognised flags, the closest flags this (sub)command has."""
+        import difflib
+        import re
+
+        m = re.match(r"unrecognized arguments: (.*)", message)
+        if not m:
+            return ""
+        parsers = [self] + [sp for a in self._actions if isinstance(a, argparse._SubParsersAction)
+                            for sp in a.choices.values()]
+        known = sorted({o for p in parsers for a in p._actions for o in a.option_strings if o.startswith("--")})
+        hints = []
+        for arg in m.group(1).split():
+            flag = arg.split("=")[0]
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag.startswith("--") else []
+            if close:
+                hints.append(f"{flag} -> {close[0]}")
+        return f" (did you mean {', '.join(hints)}?)" if hints else ""
 
 
 def _build_parser() -> argparse.ArgumentParser:

@@ -357,3 +357,19 @@ def test_every_flag_has_help_text_and_train_groups_them_by_topic(capsys, monkeyp
                           "engineering"], heads
     at = [out.index(text) for text in ("\nmodel:", "\n  --lora-r", "\ntask and data:", "\n  --n-train", "\nmechanism:")]
     assert at == sorted(at)
+
+
+def test_a_mistyped_flag_or_column_gets_a_hint(tmp_path, capsys):
+    """One line with the closest flag for a mistyped one, and the --columns mapping for a file whose one
+    unnamed field has one unused column. Red if the hint is missing or the error spans lines."""
+    from paczero.cli import main
+
+    assert main(["train", "--task", "sst2", "--n-trian", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "did you mean --n-trian -> --n-train?" in err
+    path = tmp_path / "x.csv"
+    path.write_text("review,label\nnice,1\nbad,0\nok,1\nmeh,0\n")
+    assert main(["train", "--task", "sst2", "--data", str(path), "--n-train", "2", "--n-dev", "1", "--n-test", "1",
+                 "--model", "tiny-llama", "--out-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "map it with --columns sentence=review" in err

@@ -202,7 +202,12 @@ def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, l
     missing = [col for field, col in wanted.items() if col not in present and field not in optional]
     if missing:
         either = " (or a messages column)" if task == "completion" else ""
-        raise ValueError(f"{where} lacks column(s) {missing}{either}; it has {sorted(present)}")
+        unused = sorted(present - set(wanted.values()) - {"split"})
+        hint = ""
+        if len(missing) == 1 and len(unused) == 1:  # one field unnamed, one column unused: they are each other's
+            field = next(f for f, c in wanted.items() if c == missing[0])
+            hint = f"; map it with --columns {field}={unused[0]} (Python: columns={{'{field}': '{unused[0]}'}})"
+        raise ValueError(f"{where} lacks column(s) {missing}{either}; it has {sorted(present)}{hint}")
     rows = []
     for i, record in enumerate(records):
         row = {field: record.get(col) for field, col in wanted.items()}
