@@ -66,7 +66,7 @@ def test_the_example_script_uses_no_paczero():
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    assert imported <= {"__future__", "argparse", "json", "pathlib", "torch", "transformers", "peft"}, imported
+    assert imported <= {"__future__", "argparse", "json", "os", "pathlib", "torch", "transformers", "peft"}, imported
 
 
 @pytest.mark.slow
