@@ -10,6 +10,7 @@ examples::
 
     python examples/use_released_model.py runs/mine/model heldout.jsonl
     python examples/use_released_model.py runs/mine/model heldout.jsonl --base-model path/to/base
+    python examples/use_released_model.py runs/mine/model reviews.jsonl --columns sentence=text
 
 The file is JSON lines (or a JSON list) of examples with the template's fields (``sentence``) and a
 ``label``: its integer, or its name when ``task.json`` names the labels. A LoRA adapter's base model is
@@ -122,9 +123,12 @@ def main() -> None:
     parser.add_argument("data", help="labelled examples: JSON lines (or a JSON list) with the template's fields "
                         "and label")
     parser.add_argument("--base-model", help="a LoRA adapter's base model (default: task.json's base_model)")
+    parser.add_argument("--columns", default="", help="the file's columns for the template's fields, e.g. "
+                        "sentence=text (as paczero's --columns)")
     args = parser.parse_args()
     model, tokenizer, task = load_released(args.model_dir, args.base_model)
-    examples = read_examples(args.data)
+    columns = dict(pair.split("=", 1) for pair in args.columns.split(",") if pair)
+    examples = [{**e, **{field: e[col] for field, col in columns.items()}} for e in read_examples(args.data)]
     print(json.dumps({"examples": len(examples), "accuracy": accuracy(model, tokenizer, task, examples)}))
 
 

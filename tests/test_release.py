@@ -92,6 +92,23 @@ def test_the_example_script_reproduces_the_runs_test_accuracy(released, tmp_path
     accuracy = script.accuracy(model, tokenizer, task, script.read_examples(data))
     assert accuracy == pytest.approx(summary["test"]["accuracy"], abs=1e-6)  # fp32 mean of 40 0/1 values
     assert round(accuracy * len(examples)) == round(summary["test"]["accuracy"] * len(examples))
+    # the command line, on a file whose sentences are in a column of another name (--columns sentence=text)
+    renamed = tmp_path / "renamed.jsonl"
+    renamed.write_text("".join(json.dumps({"text": ex["sentence"], "label": ex["label"]}) + "\n" for ex in examples))
+    import contextlib
+    import io
+    import sys
+
+    argv = [str(SCRIPT), str(out / "model"), str(renamed), "--columns", "sentence=text"]
+    argv += ["--base-model", str(base)] if base is not None else []
+    printed = io.StringIO()
+    old_argv, sys.argv = sys.argv, argv
+    try:
+        with contextlib.redirect_stdout(printed):
+            script.main()
+    finally:
+        sys.argv = old_argv
+    assert json.loads(printed.getvalue())["accuracy"] == accuracy
 
 
 @pytest.mark.slow
