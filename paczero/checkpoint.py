@@ -145,6 +145,14 @@ def save_weights(path: Path, tensors: dict) -> None:
     os.replace(tmp, path)
 
 
+def set_times_to_start(run_dir: Path) -> None:
+    """Give every file and folder of the run the time of its ``run.json`` (written at the start), so that no
+    file time says how long the run took (a DP run's length grows with its private batches)."""
+    start = (Path(run_dir) / "run.json").stat().st_mtime
+    for path in [Path(run_dir), *Path(run_dir).rglob("*")]:
+        os.utime(path, (start, start), follow_symlinks=False)
+
+
 def private_dir(run_dir: Path) -> Path:
     """``RUN/private/``, mode 0700: where a run keeps what no one else may read, or even see the size of."""
     path = Path(run_dir) / PRIVATE_DIR

@@ -29,7 +29,7 @@ import numpy as np
 from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
                            trainable_state)
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, load_latest_checkpoint,
-                                prepare_run_dir, save_checkpoint, save_weights)
+                                prepare_run_dir, save_checkpoint, save_weights, set_times_to_start)
 from paczero.curves import write_run_curves
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
 from paczero.journal import Journal, check_resumed_config, read_jsonl, recorded_data, resume_point
@@ -328,6 +328,8 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = No
     summary = None if stopped else finish(setup, run_dir, params, mechanism, best, zero_shot, cum_time, log)
     tracker.close(summary)
     write_run_curves(run_dir)  # RUN/curves.png, from the public files (paczero/curves.py)
+    if _private_batches(cfg):  # the files' times would give the run's length, which grows with the private batches
+        set_times_to_start(run_dir)
     return {"stopped_at": done, "out_dir": str(run_dir)} if stopped else summary
 
 
@@ -392,10 +394,8 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
 def _in_memory(setup: Setup) -> dict:
     """run.json's and summary.json's note of what was given as objects in memory (the config's ``model``
     then names the model object's ``name_or_path``)."""
-    out = {"in_memory": list(setup.in_memory)} if setup.in_memory else {}
-    if setup.data_use:
-        out["data_use"] = setup.data_use
-    return out
+    return {**({"in_memory": list(setup.in_memory)} if setup.in_memory else {}),
+            **({"data_use": setup.data_use} if setup.data_use else {})}
 
 
 def _complete_log(log_path: Path, point) -> None:

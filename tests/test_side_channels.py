@@ -179,7 +179,7 @@ def test_a_runs_secret_does_not_move_with_its_private_stream(tmp_path, monkeypat
 
 def test_a_dp_run_publishes_no_step_timing(tmp_path):
     """A DP run's TensorBoard scalars carry the global step as their wall time (constant spacing), and its
-    sweep record no clock time and no duration. Red if the tracker writes as the steps come
+    files' times are all the start's (their spread would give the run's length). Red if the tracker writes as the steps come
     (``add_scalar`` without ``walltime``: real times whose gaps follow the private batch sizes)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -193,3 +193,5 @@ def test_a_dp_run_publishes_no_step_timing(tmp_path):
     events = [e for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag)]
     assert len(events) > 6
     assert all(e.wall_time == float(e.step) for e in events)
+    # nor do the run folder's file times: every file and folder has the start's (run.json's) time
+    assert len({p.stat().st_mtime for p in [out, *out.rglob("*")]}) == 1
