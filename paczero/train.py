@@ -1,7 +1,7 @@
 """The training loop: Algorithm 1 of the paper, one step after another.
 
-Read top to bottom: set up (config, run folder, model, data, mechanism),
-optionally resume, evaluate zero-shot, then for each step t
+Read top to bottom: ``_train`` sets up (config, run folder, model, data, mechanism), resumes
+(:mod:`paczero.resume`) or begins, evaluates zero-shot, then runs ``_loop``: for each step t
 
 1. ask the mechanism which examples to score (PAC: the whole universe U);
 2. compute the per-sample two-point scalars for each of the K public directions;
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,11 +27,12 @@ import numpy as np
 
 from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
                            trainable_state)
-from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, load_latest_checkpoint,
-                                prepare_run_dir, save_checkpoint, save_weights, set_times_to_start)
+from paczero import resume
+from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, save_checkpoint, save_weights,
+                                set_times_to_start)
 from paczero.curves import write_run_curves
-from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
-from paczero.journal import Journal, check_resumed_config, read_jsonl, recorded_data, resume_point
+from paczero.config import DP_MECHANISMS, TrainConfig
+from paczero.journal import Journal, check_resumed_config, recorded_data
 from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
 from paczero.stop import StopRequest
 from paczero.trackers import check_report_to, open_tracker
@@ -155,131 +155,139 @@ def _claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
 
 
 def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = None) -> dict[str, Any]:
+    """Set up, resume or begin, evaluate zero-shot, run the loop, finish: each a named call."""
+    run, resumed = _set_up(cfg, ranks, run_dir, log, given)  # model, data, directions, mechanism
+    if resumed is not None:
+        resume.restore(run, resumed)  # weights, mechanism state, log and evals at the resume point
+    else:
+        _begin(run)  # run.json
+    run.open_journal(resumed)
+    run.evaluate_zero_shot()
+    run.ladder = Ladder(cfg, run.setup, run_dir, run.params, upto=run.start)  # T-ladder rungs, if any
+    run.tracker = open_tracker(cfg, run_dir, run.mechanism)  # report_to: the public values (paczero/trackers.py)
+    if resumed is not None:
+        resume.replay(run, resumed)  # the logged steps after the checkpoint, from their published updates
+    ranks.agree("directions", run.perturber.directions)
+    ranks.sync_weights(run.params)
+    done, stopped = _loop(run)
+    return _end(run, done, stopped)
+
+
+class Run:
+    """One run's live state, as the loop reads and updates it: the built model and data, the trainable
+    parameters and their directions, the mechanism, and the bookkeeping (dev-best, zero-shot, time)."""
+
+    def __init__(self, cfg: TrainConfig, ranks, run_dir: Path, log, setup: Setup, fingerprint, params, perturber,
+                 mechanism, t_setup: float):
+        self.cfg, self.ranks, self.run_dir, self.log, self.setup = cfg, ranks, run_dir, log, setup
+        self.t_setup = t_setup  # when set-up began
+        self.fingerprint, self.params, self.perturber, self.mechanism = fingerprint, params, perturber, mechanism
+        self.n = len(setup.universe)
+        self.full_batches = setup.task.make_batches(setup.universe, token_budget=cfg.token_budget)
+        self.start = self.weights_step = 0  # the next step to run; the step of the weights loaded
+        self.best: dict | None = None  # dev-best: {"step", "dev"}
+        self.zero_shot: dict | None = None
+        self.cum_time = 0.0
+        self.journal = self.ladder = self.tracker = None
+
+    def open_journal(self, resumed) -> None:
+        """The private journal, begun with the mechanism's state unless it holds this run's start; one line."""
+        self.journal = Journal(self.run_dir)
+        if resumed is None or not resumed.point.journaled:  # before any release of this process
+            self.journal.start(self.start, self.mechanism.state_dict(), data_fingerprint=self.fingerprint)
+        cfg = self.cfg
+        size = "a private number of examples" if _private_batches(cfg) else \
+            f"{self.n} examples, {len(self.full_batches)} micro-batches"  # add-or-remove adjacency: N is private
+        self.log(f"paczero: {cfg.mechanism} on {cfg.task} ({size}, {cfg.track}, {cfg.model}); "
+                 f"setup {time.time() - self.t_setup:.1f}s")
+
+    def evaluate_zero_shot(self) -> None:
+        """The base model on dev, test (and the out-of-domain test), unless a checkpoint holds it."""
+        setup = self.setup
+        if self.weights_step != 0 or not self.cfg.eval_zero_shot or self.zero_shot is not None:
+            return
+        self.zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
+        if setup.ood_enc is not None:
+            self.zero_shot["ood_test"] = evaluate(setup, setup.ood_enc)
+        self.log(f"zero-shot: dev {_fmt(self.zero_shot['dev'])} | test {_fmt(self.zero_shot['test'])}"
+                 + (f" | ood test {_fmt(self.zero_shot['ood_test'])}" if setup.ood_enc is not None else ""))
+
+    def evaluate_due(self, done: int, recorded: set | frozenset = frozenset()) -> dict | None:
+        """Evaluate on dev after ``done`` steps where due (unless ``recorded`` holds that step's evaluation
+        already), keeping the dev-best weights; returns the dev metrics, if evaluated."""
+        cfg = self.cfg
+        if not (done % cfg.eval_every == 0 or done == cfg.steps or self.ladder.due(done)) or done in recorded:
+            return None
+        dev = evaluate(self.setup, self.setup.dev_enc)
+        improved = self.best is None or _better(dev, self.best["dev"], selection_metric(cfg, self.setup.task))
+        if improved and cfg.dev_best:
+            self.best = {"step": done, "dev": dev}
+            _save_best(self.run_dir, self.params)
+        with open(self.run_dir / "evals.jsonl", "a") as f:
+            f.write(json.dumps({"step": done, "dev": dev, "best_step": self.best["step"] if self.best else None})
+                    + "\n")
+        self.tracker.evaluation(done, dev)
+        return dev
+
+    def checkpoint(self, step: int) -> None:
+        public = {"step": step, "best": self.best, "zero_shot": self.zero_shot,
+                  "seconds": None if _private_batches(self.cfg) else self.cum_time}
+        save_checkpoint(self.run_dir, step, trainable_state(self.params), public,
+                        {"mechanism": self.mechanism.state_dict()})
+
+
+def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
+    """The run's model, data, directions and mechanism (on a resume: on the original run's design), and
+    the resume point (None for a new run)."""
     from paczero.models import compile_body, trainable_parameters
     from paczero.subsets import private_generator, secret_generator
-    from paczero.zo import Perturber, zo_step
+    from paczero.zo import Perturber
 
     t_setup = time.time()
     setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None, given)
-    model, task, device = setup.model, setup.task, setup.device
-    n = len(setup.universe)
-    params = trainable_parameters(model, cfg.track)
-    perturber = Perturber(model, params, cfg.seed, lockstep=cfg.lockstep_batches, token_budget=cfg.token_budget)
+    params = trainable_parameters(setup.model, cfg.track)
+    perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches,
+                          token_budget=cfg.token_budget)
     if cfg.compile:
-        compile_body(model)  # compiled on the first forward (the zero-shot evaluation, or the first step)
-    found = load_latest_checkpoint(run_dir) if cfg.resume else None
-    try:
-        point = resume_point(run_dir, found[0] if found else None) if cfg.resume else None
-    except ValueError as e:
-        ranks.agree("directions", perturber.directions, e)  # every rank stops with this line
-        raise
-    if point is not None and point.mechanism is not None:
-        saved_design = point.mechanism.get("design")
-    else:
-        saved_design = found[3]["mechanism"].get("design") if found else None
-    mechanism = make_mechanism(cfg, n, private_generator(cfg.private_seed), design=saved_design,
+        compile_body(setup.model)  # compiled on the first forward (the zero-shot evaluation, or the first step)
+    resumed = resume.read(run_dir, ranks, perturber) if cfg.resume else None
+    mechanism = make_mechanism(cfg, len(setup.universe), private_generator(cfg.private_seed),
+                               design=resumed.design if resumed else None,
                                secret_rng=secret_generator(cfg.private_seed))
-    full_batches = task.make_batches(setup.universe, token_budget=cfg.token_budget)
-    log_path, eval_path = run_dir / "log.jsonl", run_dir / "evals.jsonl"
+    return Run(cfg, ranks, run_dir, log, setup, fingerprint, params, perturber, mechanism, t_setup), resumed
 
-    start, best, zero_shot, cum_time, weights_step = 0, None, None, 0.0, 0
-    if cfg.resume:
-        was = json.loads((run_dir / "run.json").read_text()).get("directions")
-        if found is not None:
-            weights_step, weights, public, private = found
-            load_trainable(params, weights)
-            zero_shot, cum_time = public.get("zero_shot"), public.get("seconds") or 0.0
-        if point.mechanism is not None:  # the state after the last journaled step
-            mechanism.load_state_dict(point.mechanism)
-        elif found is not None:  # a run without a journal: its checkpoint's state (nothing was logged after it)
-            mechanism.load_state_dict(private["mechanism"])
-        start = point.steps_done
-        if start > weights_step and was != perturber.directions:
-            problem = ConfigError(
-                f"cannot resume: steps {weights_step + 1}..{start} must be replayed along the original run's directions "
-                f"({was}), and this process draws z from {perturber.directions}")
-            ranks.agree("directions", perturber.directions, problem)  # every rank stops with this line
-        _complete_log(log_path, point)
-        best = _best_from_evals(eval_path, start)
-        log(f"resuming from step {start}" + (f" (weights of step {weights_step}, {start - weights_step} logged "
-                                             f"steps replayed)" if start > weights_step else ""))
-        if was is None:  # written before run.json recorded it, when CPU directions came from torch's generator
-            _log.warning(f"run.json does not record the original run's directions (runs that predate the record "
-                         f"drew z on CPU from torch's generator); the resumed steps use {perturber.directions}")
-        elif was != perturber.directions:
-            _log.warning(f"the directions now come from {perturber.directions} ({was} in the original run): "
-                         "the resumed steps follow other, equally public, directions")
-    else:
-        kept = clear_run_dir(run_dir) if cfg.overwrite else []  # every input is read and checked: only now
-        if kept:                                                   # is the earlier run deleted
-            _log.warning(f"--overwrite replaced the run in {str(run_dir)!r} and kept what paczero did not write "
-                         f"there: {', '.join(kept)}")
-        public_data = {} if _private_batches(cfg) else {"universe_size": n, "data_fingerprint": fingerprint}
-        atomic_json(run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
-                                           "secret_source": secret_source(cfg, _claims_privacy(mechanism)),
-                                           "directions": perturber.directions, **_in_memory(setup)})
-    journal = Journal(run_dir)
-    if point is None or not point.journaled:  # before any release of this process
-        journal.start(start, mechanism.state_dict(), data_fingerprint=fingerprint)
-    size = "a private number of examples" if _private_batches(cfg) else \
-        f"{n} examples, {len(full_batches)} micro-batches"  # add-or-remove adjacency: N is private
-    log(f"paczero: {cfg.mechanism} on {cfg.task} ({size}, {cfg.track}, {cfg.model}); "
-        f"setup {time.time() - t_setup:.1f}s")
 
-    if weights_step == 0 and cfg.eval_zero_shot and zero_shot is None:  # the weights are the base model's
-        zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
-        if setup.ood_enc is not None:
-            zero_shot["ood_test"] = evaluate(setup, setup.ood_enc)
-        log(f"zero-shot: dev {_fmt(zero_shot['dev'])} | test {_fmt(zero_shot['test'])}"
-            + (f" | ood test {_fmt(zero_shot['ood_test'])}" if setup.ood_enc is not None else ""))
+def _begin(run: Run) -> None:
+    """A new run's run.json (after ``--overwrite`` cleared the folder: every input is read and checked by now)."""
+    cfg = run.cfg
+    kept = clear_run_dir(run.run_dir) if cfg.overwrite else []
+    if kept:
+        _log.warning(f"--overwrite replaced the run in {str(run.run_dir)!r} and kept what paczero did not write "
+                     f"there: {', '.join(kept)}")
+    public_data = {} if _private_batches(cfg) else {"universe_size": run.n, "data_fingerprint": run.fingerprint}
+    atomic_json(run.run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
+                                           "secret_source": secret_source(cfg, _claims_privacy(run.mechanism)),
+                                           "directions": run.perturber.directions, **_in_memory(run.setup)})
 
-    ladder = Ladder(cfg, setup, run_dir, params, upto=start)  # T-ladder rungs along this trajectory, if any
-    tracker = open_tracker(cfg, run_dir, mechanism)  # report_to: the public values, live (paczero/trackers.py)
 
-    def checkpoint(step: int) -> None:
-        public = {"step": step, "best": best, "zero_shot": zero_shot,
-                  "seconds": None if _private_batches(cfg) else cum_time}
-        save_checkpoint(run_dir, step, trainable_state(params), public, {"mechanism": mechanism.state_dict()})
+def _loop(run: Run) -> tuple[int, bool]:
+    """Steps ``run.start`` .. T-1 of Algorithm 1; returns (steps done, whether a stop request ended it early)."""
+    from paczero.zo import zo_step
 
-    def after_step(done: int, recorded: set | frozenset = frozenset()) -> dict | None:
-        """Evaluate on dev where due (unless ``recorded`` holds that step's evaluation already); returns the
-        dev metrics, if evaluated."""
-        nonlocal best
-        if not (done % cfg.eval_every == 0 or done == cfg.steps or ladder.due(done)) or done in recorded:
-            return None
-        dev = evaluate(setup, setup.dev_enc)
-        improved = best is None or _better(dev, best["dev"], selection_metric(cfg, task))
-        if improved and cfg.dev_best:
-            best = {"step": done, "dev": dev}
-            _save_best(run_dir, params)
-        with open(eval_path, "a") as f:
-            f.write(json.dumps({"step": done, "dev": dev, "best_step": best["step"] if best else None}) + "\n")
-        tracker.evaluation(done, dev)
-        return dev
-
-    if start > weights_step:  # the logged steps after the checkpoint: their published updates, not their releases
-        recorded = {r["step"] for r in read_jsonl(eval_path, "evals.jsonl")}
-        for rec in point.records[weights_step:start]:
-            coefs = rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]]
-            perturber.apply_update(rec["step"], coefs, rec["lr"], cfg.weight_decay)
-            cum_time += rec.get("seconds") or 0.0
-            ladder.record(rec["step"] + 1, after_step(rec["step"] + 1, recorded), best, rec.get("cum_mi"))
-        checkpoint(start)
-
-    ranks.agree("directions", perturber.directions)
-    ranks.sync_weights(params)
+    cfg, setup, mechanism, ranks = run.cfg, run.setup, run.mechanism, run.ranks
+    task = setup.task
 
     def loss_fn(batch):
-        return task.losses(model, batch)
+        return task.losses(setup.model, batch)
 
-    bar = _progress(cfg, start)
-    stopped = False
-    with StopRequest() as stop, open(log_path, "a") as log_file, tracker:
-        for step in range(start, cfg.steps):
+    bar = _progress(cfg, run.start)
+    done, stopped = run.start, False
+    with StopRequest() as stop, open(run.run_dir / "log.jsonl", "a") as log_file, run.tracker:
+        for step in range(run.start, cfg.steps):
             t0 = time.time()
-            idx = mechanism.batch_indices(n)  # PAC: None, the whole universe; DP: a private Poisson sample
+            idx = mechanism.batch_indices(run.n)  # PAC: None, the whole universe; DP: a private Poisson sample
             ranks.announce(step, idx)
-            batches, rows = step_batches(task, setup.universe, full_batches, idx, cfg.token_budget)
+            batches, rows = step_batches(task, setup.universe, run.full_batches, idx, cfg.token_budget)
             releases: list = []
 
             def release(clipped, step=step):  # the mechanism's release of this step, published to the other ranks
@@ -288,49 +296,55 @@ def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = No
                 ranks.publish(coefs, lr)
                 return coefs, lr
 
-            result = zo_step(step, batches, rows, perturber=perturber, ranks=ranks, loss_fn=loss_fn,
+            result = zo_step(step, batches, rows, perturber=run.perturber, ranks=ranks, loss_fn=loss_fn,
                              num_directions=cfg.num_directions, mu=cfg.mu, clip=cfg.clip,
-                             weight_decay=cfg.weight_decay, device=device, release=release, stop=stop.requested)
+                             weight_decay=cfg.weight_decay, device=setup.device, release=release,
+                             stop=stop.requested)
             stop.requested = stop.requested or ranks.stop_requested  # another rank's SIGTERM ends the run too
-            lr, train_loss = result.lr, result.train_loss
-            dt = time.time() - t0
-            cum_time += dt
-            seconds = dt
+            seconds = time.time() - t0
+            run.cum_time += seconds
+            train_loss = result.train_loss
             if _private_batches(cfg):
                 # a Poisson-sampled batch is private: its size, its loss and the step's time (which grows with
                 # its size) are not in the DP analysis
                 train_loss, rows, seconds = None, None, None
-            record = _step_record(step, releases, mechanism, lr, train_loss, seconds, rows)
-            journal.step(record, mechanism.state_dict())  # on disk before the record can be seen: final
+            record = _step_record(step, releases, mechanism, result.lr, train_loss, seconds, rows)
+            run.journal.step(record, mechanism.state_dict())  # on disk before the record can be seen: final
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
-            tracker.step(record)  # the record log.jsonl holds, nothing else
+            run.tracker.step(record)  # the record log.jsonl holds, nothing else
 
             done = step + 1
-            dev = after_step(done)
+            dev = run.evaluate_due(done)
             if dev is not None:
                 bar.set_postfix_str(f"dev {task.metric} {dev.get(task.metric, float('nan')):.3f}", refresh=False)
-            if (rung := ladder.record(done, dev, best, record["cum_mi"])) is not None:  # before its checkpoint
-                log(log_line(rung, task.metric))
+            if (rung := run.ladder.record(done, dev, run.best, record["cum_mi"])) is not None:  # before its checkpoint
+                run.log(log_line(rung, task.metric))
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or stop.requested:
-                checkpoint(done)
+                run.checkpoint(done)
             bar.update(1)
             if record["unanimity"] is not None:  # PAC mechanisms; MeZO and DP have no unanimity nor MI
                 bar.set_description(f"MI spent {mechanism.mi_spent or 0:.3g} unanimity {record['unanimity']:.0%}",
                                     refresh=False)
             if stop.requested and done < cfg.steps:
                 stopped = True
-                log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
+                run.log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
                 break
     ranks.stop()
     bar.close()
-    journal.close()
-    summary = None if stopped else finish(setup, run_dir, params, mechanism, best, zero_shot, cum_time, log)
-    tracker.close(summary)
-    write_run_curves(run_dir)  # RUN/curves.png, from the public files (paczero/curves.py)
-    if _private_batches(cfg):  # the files' times would give the run's length, which grows with the private batches
-        set_times_to_start(run_dir)
-    return {"stopped_at": done, "out_dir": str(run_dir)} if stopped else summary
+    run.journal.close()
+    return done, stopped
+
+
+def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
+    """The test evaluation and release (unless stopped early), the tracker's close and the run's curves."""
+    summary = None if stopped else finish(run.setup, run.run_dir, run.params, run.mechanism, run.best,
+                                          run.zero_shot, run.cum_time, run.log)
+    run.tracker.close(summary)
+    write_run_curves(run.run_dir)  # RUN/curves.png, from the public files (paczero/curves.py)
+    if _private_batches(run.cfg):  # the files' times would give the run's length, which grows with the private batches
+        set_times_to_start(run.run_dir)
+    return {"stopped_at": done, "out_dir": str(run.run_dir)} if stopped else summary
 
 
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
@@ -396,31 +410,6 @@ def _in_memory(setup: Setup) -> dict:
     then names the model object's ``name_or_path``)."""
     return {**({"in_memory": list(setup.in_memory)} if setup.in_memory else {}),
             **({"data_use": setup.data_use} if setup.data_use else {})}
-
-
-def _complete_log(log_path: Path, point) -> None:
-    """log.jsonl holds exactly the resumed run's published records: those it holds, then those the journal
-    holds and the log lacks (a crash between the two writes, or a torn last line)."""
-    tmp = log_path.with_name(f".{log_path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in point.records))
-    os.replace(tmp, log_path)
-
-
-def _best_from_evals(path: Path, upto: int) -> dict | None:
-    """The dev-best bookkeeping of a resumed run, from its evaluations of steps <= ``upto`` (later ones,
-    if any, are dropped from evals.jsonl)."""
-    from paczero.journal import read_jsonl
-
-    records = [r for r in read_jsonl(path, "evals.jsonl") if r.get("step", upto + 1) <= upto]
-    if path.exists():
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
-        os.replace(tmp, path)
-    if not records or records[-1].get("best_step") is None:
-        return None
-    step = records[-1]["best_step"]
-    dev = next((r["dev"] for r in records if r["step"] == step), None)
-    return None if dev is None else {"step": step, "dev": dev}
 
 
 def _recorded_dev(path: Path, step: int) -> dict | None:
