@@ -54,7 +54,14 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paczero", description="PAC-private zeroth-order fine-tuning of language models.")
     parser.add_argument("--version", action="version", version=f"paczero {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_add_train, _add_eval, _add_push, _add_privacy, _add_recipes, _add_sweep, _add_report, _add_audit,
+                _add_bench):
+        add(sub)
+    return parser
 
+
+def _add_train(sub) -> None:
+    """`paczero train`: the config's keys as flags, and where the settings come from."""
     p = sub.add_parser("train", help="fine-tune a model (PAC-ZPL, PAC-MI, hybrid, DP baselines, references)",
                        description="Fine-tune a model. Values merge in this order: defaults, --recipe or --config, "
                                    "then the flags below (each is the config key of the same name).")
@@ -64,6 +71,9 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--print-config", action="store_true", help="print the merged config and exit")
     add_config_flags(p)
 
+
+def _add_eval(sub) -> None:
+    """`paczero eval`: a run, a released model or a model on a task."""
     p = sub.add_parser("eval", help="evaluate a finished run (its selected weights), a released model or a model "
                        "on a task")
     p.add_argument("target", help="a run folder, a released model folder (RUN/model: its task.json sets the task), "
@@ -88,6 +98,9 @@ def _build_parser() -> argparse.ArgumentParser:
                               "task.json names)")):
         p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS, type=kind, help=text)
 
+
+def _add_push(sub) -> None:
+    """`paczero push`: a run's released model to the Hugging Face hub."""
     p = sub.add_parser("push", help="upload a run's released model (RUN/model: weights, task.json, model card) to "
                        "the Hugging Face hub")
     p.add_argument("target", help="a finished run folder, or its released model folder")
@@ -95,6 +108,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--private", action="store_true", help="create the repository private")
     p.add_argument("--commit-message", help="the commit's message (default: names the task and the step)")
 
+
+def _add_privacy(sub) -> None:
+    """`paczero privacy`: an MI budget's MIA bound and matched epsilon, or the reverse."""
     p = sub.add_parser("privacy", help="MIA bound and matched DP epsilon of an MI budget (or the reverse)")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--mi", type=float, help="total MI budget in nats")
@@ -104,9 +120,15 @@ def _build_parser() -> argparse.ArgumentParser:
                    "(default: 1e-05)")
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
 
+
+def _add_recipes(sub) -> None:
+    """`paczero recipes`: the shipped recipes."""
     p = sub.add_parser("recipes", help="list the shipped recipes (one per paper cell), by table")
     p.add_argument("--show", help="print one recipe")
 
+
+def _add_sweep(sub) -> None:
+    """`paczero sweep`: a grid of recipes x seeds, local or on SLURM."""
     p = sub.add_parser("sweep", help="run a grid of recipes x seeds (resumable; local, one per GPU, or SLURM)")
     p.add_argument("recipes", nargs="+", help="recipe names, globs ('headline/sst2-*'), table names or YAML files")
     p.add_argument("--seeds", nargs="+", type=items_of(int), action=Flatten, default=[0],
@@ -128,6 +150,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-arg", nargs="+", action="extend", metavar="KEY=VALUE", default=[],
                    help="other sbatch options, e.g. --slurm-arg constraint=a100 account=myproj exclude=n1,n2")
 
+
+def _add_report(sub) -> None:
+    """`paczero report`: tables and plots of a folder of runs."""
     p = sub.add_parser("report", help="tables (Markdown, CSV) and plots (PNG) of every run under a folder")
     p.add_argument("runs_dir", help="a folder holding runs (searched recursively for summary.json)")
     p.add_argument("--out", help="where to write the report (default: RUNS_DIR/report)")
@@ -137,6 +162,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="also copy each run's small files (summary, logs, the sweep's config and record; not the "
                         "weights) into OUT/runs, from which paczero report writes this report again")
 
+
+def _add_audit(sub) -> None:
+    """`paczero audit`: membership-inference audits of finished runs."""
     p = sub.add_parser("audit", help="membership-inference audit of finished runs (several: pooled); prints only "
                        "public values unless --reveal-secret")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folders (fresh secrets each)")
@@ -151,12 +179,14 @@ def _build_parser() -> argparse.ArgumentParser:
                         "on the records of U against the held-out test records of the same file (AUC per run, with "
                         "what bounds it: DP's epsilon does, the PAC guarantee does not)")
 
-    # the benchmark (benchmarks/step of a source checkout) parses its own arguments when it runs, so that
-    # building this parser reads no benchmark code; a prefix that no argument starts with hands them all over
+
+def _add_bench(sub) -> None:
+    """`paczero bench`: the step benchmark of a source checkout. The benchmark (benchmarks/step) parses its own
+    arguments when it runs, so that building this parser reads no benchmark code; a prefix that no argument
+    starts with hands them all over."""
     p = sub.add_parser("bench", help="time and memory of a ZO step against the inference floor (one run; "
                        "a source checkout's benchmarks/)", add_help=False, prefix_chars="\0")
     p.add_argument("bench_args", nargs="*")
-    return parser
 
 
 def _cmd_train(ns) -> int:

@@ -83,34 +83,10 @@ def draw_curves(runs: list[tuple[str, Path]], path: Path, title: str) -> Path | 
         loss_ax.plot(*_values(log, "train_loss"), color=color, lw=0.8, label=name)
         metric = metric or _dev_metric(summary, evals)
         if metric:
-            steps = [r["step"] for r in evals if (r.get("dev") or {}).get(metric) is not None]
-            values = [100.0 * r["dev"][metric] if metric != "loss" else r["dev"][metric] for r in evals
-                      if (r.get("dev") or {}).get(metric) is not None]
-            zero = ((summary.get("zero_shot") or {}).get("dev") or {}).get(metric)
-            if zero is not None:
-                steps, values = [0] + steps, [100.0 * zero if metric != "loss" else zero] + values
-            dev_ax.plot(steps, values, marker=".", color=color, label=name)
-            if summary.get("selected_step") in steps:
-                j = steps.index(summary["selected_step"])
-                dev_ax.plot([steps[j]], [values[j]], "o", mfc="none", ms=10, color=color)
-        mechanism = cfg.get("mechanism")
-        if mechanism in DP_MECHANISMS:
-            privacy_kind.add("dp")
-            pts = _epsilon_curve(summary, cfg)
-            if pts:
-                priv_ax.plot(*pts, marker=".", color=color, label=name)
-                top = max(top, max(pts[1]))
-            if cfg.get("epsilon"):
-                priv_ax.axhline(cfg["epsilon"], color=color, ls=":", alpha=0.7)
-                top = max(top, float(cfg["epsilon"]))
-        elif mechanism in PAC_PRIVATE:
-            privacy_kind.add("pac")
-            steps, cum = _values(log, "cum_mi")
-            priv_ax.plot(steps, cum, color=color, label=name)
-            top = max([top, *cum])
-            if cfg.get("mi_budget"):
-                priv_ax.axhline(cfg["mi_budget"], color=color, ls=":", alpha=0.7)
-                top = max(top, float(cfg["mi_budget"]))
+            _plot_dev(dev_ax, evals, summary, metric, color, name)
+        kind, run_top = _plot_privacy(priv_ax, log, summary, cfg, color, name)
+        privacy_kind |= kind
+        top = max(top, run_top)
         unan_ax.plot(*_values(log, "unanimity"), color=color, label=name)
         unan_ax.plot(*_values(log, "agreement"), ".", ms=4, alpha=0.5, color=color)
 
@@ -145,6 +121,44 @@ def draw_curves(runs: list[tuple[str, Path]], path: Path, title: str) -> Path | 
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _plot_dev(ax, evals: list[dict], summary: dict, metric: str, color, name) -> None:
+    """One run's dev metric per evaluation (from the zero-shot's, where evaluated), its released step circled."""
+    steps = [r["step"] for r in evals if (r.get("dev") or {}).get(metric) is not None]
+    values = [100.0 * r["dev"][metric] if metric != "loss" else r["dev"][metric] for r in evals
+              if (r.get("dev") or {}).get(metric) is not None]
+    zero = ((summary.get("zero_shot") or {}).get("dev") or {}).get(metric)
+    if zero is not None:
+        steps, values = [0] + steps, [100.0 * zero if metric != "loss" else zero] + values
+    ax.plot(steps, values, marker=".", color=color, label=name)
+    if summary.get("selected_step") in steps:
+        j = steps.index(summary["selected_step"])
+        ax.plot([steps[j]], [values[j]], "o", mfc="none", ms=10, color=color)
+
+
+def _plot_privacy(ax, log: list[dict], summary: dict, cfg: dict, color, name) -> tuple[set, float]:
+    """One run's privacy spend (DP: epsilon by the accountant; PAC: cumulative MI) and its target, dotted;
+    returns the kind plotted ({"dp"}, {"pac"} or none) and the highest value drawn."""
+    mechanism, top = cfg.get("mechanism"), 0.0
+    if mechanism in DP_MECHANISMS:
+        pts = _epsilon_curve(summary, cfg)
+        if pts:
+            ax.plot(*pts, marker=".", color=color, label=name)
+            top = max(pts[1])
+        if cfg.get("epsilon"):
+            ax.axhline(cfg["epsilon"], color=color, ls=":", alpha=0.7)
+            top = max(top, float(cfg["epsilon"]))
+        return {"dp"}, top
+    if mechanism in PAC_PRIVATE:
+        steps, cum = _values(log, "cum_mi")
+        ax.plot(steps, cum, color=color, label=name)
+        top = max([top, *cum])
+        if cfg.get("mi_budget"):
+            ax.axhline(cfg["mi_budget"], color=color, ls=":", alpha=0.7)
+            top = max(top, float(cfg["mi_budget"]))
+        return {"pac"}, top
+    return set(), top
 
 
 def _empty(ax) -> bool:

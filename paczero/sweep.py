@@ -288,22 +288,38 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     cells = plan(patterns, seeds, out_root)
     if slurm is not None and not dry_run:
         _check_slurm()
-    if dry_run:  # validate every cell and print its command; write nothing
-        for cell in cells:
-            state = cell.state()
-            if state in ("done", "running"):
-                echo(f"skip    {cell.recipe} seed {cell.seed} ({'finished' if state == 'done' else 'running'})")
-                continue
-            materialise(cell, overrides, write=False)
-            echo(("resume " if state == "killed" else "run    ") + " ".join(train_command(cell, resume=state == "killed")))
+    if dry_run:
+        _dry_run(cells, overrides, echo)
         return []
     journal = _Journal(Path(out_root).expanduser() / "sweep.jsonl", echo)
-    queued = _queued_jobs(journal)
-    todo: list[tuple[Cell, bool]] = []
-    private_time: set[Path] = set()  # DP cells: their duration depends on their private batches
+    queued = _queued_jobs(journal)  # SLURM jobs a previous sweep submitted
     journal.mark("start")
+    todo, results, private_time = _triage(cells, overrides, journal, queued)
+    if slurm is not None:
+        return results + _submit_slurm(todo, slurm, journal)
+    results += _run_local(todo, visible_gpus(gpus) or [None], journal, private_time)
+    return results
+
+
+def _dry_run(cells: list[Cell], overrides: dict[str, Any], echo: Callable[[str], None]) -> None:
+    """Validate every cell and print its command; write nothing."""
+    for cell in cells:
+        state = cell.state()
+        if state in ("done", "running"):
+            echo(f"skip    {cell.recipe} seed {cell.seed} ({'finished' if state == 'done' else 'running'})")
+            continue
+        materialise(cell, overrides, write=False)
+        echo(("resume " if state == "killed" else "run    ") + " ".join(train_command(cell, resume=state == "killed")))
+
+
+def _triage(cells: list[Cell], overrides: dict[str, Any], journal: _Journal, queued: dict[Path, str]):
+    """Validate every cell's config before anything starts; returns the cells to run (with whether each
+    resumes), the records of those skipped, and the run folders of DP cells (their duration depends on their
+    private batches)."""
+    todo: list[tuple[Cell, bool]] = []
     results: list[dict] = []
-    for cell in cells:  # validate every config before starting anything
+    private_time: set[Path] = set()
+    for cell in cells:
         state = cell.state()
         if state == "done":
             try:
@@ -324,15 +340,20 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
         if cfg.mechanism in DP_MECHANISMS:
             private_time.add(cell.run_dir)
         todo.append((cell, state == "killed"))
-    if slurm is not None:
-        return results + _submit_slurm(todo, slurm, journal)
-    slots = visible_gpus(gpus) or [None]
+    return todo, results, private_time
+
+
+def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: _Journal,
+               private_time: set[Path]) -> list[dict]:
+    """Run the cells on this machine, one per slot (GPU) at a time; returns their final records. Ctrl-C stops
+    the running cells after their step (with a checkpoint), a second one at once."""
     work: queue.Queue = queue.Queue()
     for item in todo:
         work.put(item)
     lock = threading.Lock()
     running: dict[str, subprocess.Popen] = {}
     stopping = threading.Event()
+    results: list[dict] = []
 
     def worker(gpu: str | None) -> None:
         try:

@@ -97,7 +97,38 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     if any(r.rungs for r in runs):
         _write_csv(out_dir / "rungs.csv", RUNG_COLUMNS, rung_rows(runs))
 
-    plots_dir = out_dir / "plots"
+    plots = _plots(cells, paper_rows, out_dir / "plots", paper_overlay, trajectories)
+    md = [f"{TITLE}{shown_root}", "",
+          f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(cells)} cell{'s' if len(cells) != 1 else ''}. "
+          "Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test split, at the dev-selected weights; "
+          "mean ± sample std (ddof = 1) over seeds, with n."
+          + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
+             "differ from the recipe's in the keys named, so it is a reference for another experiment)."
+             if paper_overlay else "")
+          + " Runs of one recipe with other settings are separate cells, named with the keys that differ."
+          + _selection_note(runs), ""]
+    md += _table_sections(cells, paper_overlay, provenance.wall_seconds(records))
+    md += ["## Privacy statement per run", "",
+           "PAC runs: the guarantee, I(S*; transcript) ≤ the MI budget (0 for PAC-ZPL), its bound on the informed "
+           "adversary's MIA success (prior 0.5) and the DP ε with the same MIA bound (a reference point only; PAC "
+           "Privacy is not DP); then the run's realised spend, the sum of its per-release MI charges: one run's value, "
+           "not a bound (the guarantee bounds its expectation). DP runs: (ε, δ) by the RDP and PLD accountants; "
+           "the MIA bound is the target (ε, δ)'s.", "", privacy_table(runs), ""]
+    md += ["## Plots", ""]
+    for title, p in plots.items():
+        if p is not None:
+            link = Path(os.path.relpath(p, md_path.parent)).as_posix()
+            md.append(f"- {title}: [{link}]({link})")
+    md += ["", *provenance.made_by(runs, records, shown_root, report_args)]
+    if keep_runs:
+        provenance.keep_runs(runs, root, out_dir / "runs")
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text("\n".join(md) + "\n")
+    return out_dir
+
+
+def _plots(cells: list[Cell], paper_rows: list, plots_dir: Path, paper_overlay: bool, trajectories: str) -> dict:
+    """The report's plots, by title (None where a plot has nothing to show)."""
     plots = {
         "Accuracy vs MI budget": plot_mi_plateau(cells, paper_rows, plots_dir / "mi_plateau.png", paper_overlay),
         "DP cliff": plot_dp_cliff(cells, paper_rows, plots_dir / "dp_cliff.png", paper_overlay),
@@ -110,20 +141,16 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
             plots[f"Trajectory: {c.name}"] = plot_trajectory(c.runs[0], plots_dir / "trajectories"
                                                              / f"{stem}_seed{c.runs[0].seed}.png")
             plots[f"Curves: {c.name}"] = plot_curves(c, plots_dir / "curves" / f"{stem}.png")
+    return plots
 
+
+def _table_sections(cells: list[Cell], paper_overlay: bool, walls) -> list[str]:
+    """The Markdown of each table's cells: the table's own layout where it has one, else one row per cell, its
+    scope and its T-ladders."""
+    md: list[str] = []
     by_table: dict[str, list[Cell]] = defaultdict(list)
     for c in cells:
         by_table[c.table].append(c)
-    md = [f"{TITLE}{shown_root}", "",
-          f"{len(runs)} run{'s' if len(runs) != 1 else ''} in {len(cells)} cell{'s' if len(cells) != 1 else ''}. "
-          "Metrics in percent (SST-2/demo: accuracy, SQuAD: F1) on the test split, at the dev-selected weights; "
-          "mean ± sample std (ddof = 1) over seeds, with n."
-          + (" [paper ...]: the paper's published figure for the cell (\"recipe changed\": these runs' settings "
-             "differ from the recipe's in the keys named, so it is a reference for another experiment)."
-             if paper_overlay else "")
-          + " Runs of one recipe with other settings are separate cells, named with the keys that differ."
-          + _selection_note(runs), ""]
-    walls = provenance.wall_seconds(records)
     layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
                "dp-cliff": dp_cliff_table,
                "cpu-scale": lambda cs, _paper: "\n\n".join(filter(None, [headline(cs), comparison_table(cs, walls)])),
@@ -147,20 +174,4 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
                    "learning-rate schedule spans the last rung). Dev-best rung: each seed's rung with the best dev "
                    "metrics (by its selection metric; a choice that reads dev only).", "",
                    ladder_table(ladders, paper_overlay), ""]
-    md += ["## Privacy statement per run", "",
-           "PAC runs: the guarantee, I(S*; transcript) ≤ the MI budget (0 for PAC-ZPL), its bound on the informed "
-           "adversary's MIA success (prior 0.5) and the DP ε with the same MIA bound (a reference point only; PAC "
-           "Privacy is not DP); then the run's realised spend, the sum of its per-release MI charges: one run's value, "
-           "not a bound (the guarantee bounds its expectation). DP runs: (ε, δ) by the RDP and PLD accountants; "
-           "the MIA bound is the target (ε, δ)'s.", "", privacy_table(runs), ""]
-    md += ["## Plots", ""]
-    for title, p in plots.items():
-        if p is not None:
-            link = Path(os.path.relpath(p, md_path.parent)).as_posix()
-            md.append(f"- {title}: [{link}]({link})")
-    md += ["", *provenance.made_by(runs, records, shown_root, report_args)]
-    if keep_runs:
-        provenance.keep_runs(runs, root, out_dir / "runs")
-    md_path.parent.mkdir(parents=True, exist_ok=True)
-    md_path.write_text("\n".join(md) + "\n")
-    return out_dir
+    return md
