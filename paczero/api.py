@@ -96,7 +96,15 @@ class PACZeroTrainer:
 
     def train(self, *, resume: bool | None = None, log=print) -> TrainResult:
         """Train (``resume=True``: continue the run in ``out_dir`` from its newest checkpoint, given the
-        same objects or the model an earlier call returned); return the trained model and the summary."""
+        same objects or the model an earlier call returned); return the trained model and the summary. Bad
+        input raises ConfigError (a ValueError) in one line, in the words of this API."""
+        try:
+            return self._train(resume, log)
+        except ValueError as e:  # the messages name `paczero train`'s flags: here the keyword arguments
+            e.args = (in_api_words(str(e)),) + e.args[1:]
+            raise
+
+    def _train(self, resume: bool | None, log) -> TrainResult:
         from paczero.release import check_push_possible, push_finished_run
         from paczero.train import train
 
@@ -119,6 +127,31 @@ class PACZeroTrainer:
             self.model = given.prepared
         return TrainResult(model=given.prepared, summary=summary, run_dir=Path(cfg.out_dir).expanduser(),
                            config=cfg)
+
+
+#: `paczero train`'s words in a message, and this API's (the first match of each place wins)
+_API_WORDS = [
+    (r"--columns \w+=\w+ \(Python: (columns=\{[^}]*\})\)", r"\1"),
+    (r"--labels \(e\.g\. --labels ([\w-]+(?:,[\w-]+)*)\)",
+     lambda m: "labels=[...] (e.g. labels=" + repr(m.group(1).split(",")) + ")"),
+    (r"--resume --out-dir ('[^']*'|\S+)", r"resume=True with out_dir=\1"),
+    (r"--out-dir (\S+)", r"out_dir=\1"),
+    (r"--overwrite\b", "overwrite=True"),
+    (r"--resume\b", "resume=True"),
+    (r"--data (PATH|FILE)\b", r"data=\1 (or train_dataset=...)"),
+    (r"--labels\b", "labels=[...]"),
+    (r"--columns\b", "columns={...}"),
+]
+
+
+def in_api_words(message: str) -> str:
+    """``message`` with the command line's flags (``--overwrite``, ``--labels a,b``, ...) in this API's
+    keyword arguments (``overwrite=True``, ``labels=['a', 'b']``, ...)."""
+    import re
+
+    for pattern, words in _API_WORDS:
+        message = re.sub(pattern, words, message)
+    return message
 
 
 # -- the model object --------------------------------------------------------------------------------

@@ -67,7 +67,22 @@ def check_model_source(name: str) -> None:
     if looks_local and not Path(name).expanduser().exists():
         raise ValueError(f"model path {name!r} does not exist")
     if not Path(name).expanduser().exists():
+        close = _close_builtin(name)
+        if close:  # a mistyped built-in name, not a hub id someone meant (those are checked against the hub)
+            raise ValueError(f"model {name!r} is not a built-in model nor a local path (did you mean {close!r}? "
+                             f"built-in: {', '.join((SMOLLM2, *TINY_MODELS))}); a hub model by its id, "
+                             "e.g. facebook/opt-1.3b")
         check_hub_reachable(name)
+
+
+def _close_builtin(name: str) -> str | None:
+    """The built-in model name (or alias) closest to ``name``, if ``name`` has no owner/ part and is close to one."""
+    import difflib
+
+    if "/" in name:
+        return None
+    close = difflib.get_close_matches(name.lower(), [SMOLLM2, *ALIASES, *TINY_MODELS], n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 #: seconds to wait for the hub's host to answer

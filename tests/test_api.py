@@ -235,3 +235,26 @@ def test_the_datasets_handed_over_are_used_as_given(tmp_path, tokenizer):
     assert use.startswith("U = 40 rows of train_dataset; dev (selects the released weights) = 10 rows of eval_dataset")
     assert f"paczero: data: {use}" in lines
     assert result.summary["test"] and result.summary["dev"]
+
+
+def test_bad_input_speaks_of_the_api_s_arguments_not_the_command_line_s_flags(tmp_path, tokenizer):
+    """A run folder that is not empty, rows whose sentence column has another name, rows with named labels:
+    each refusal names the keyword argument (overwrite=True, columns={...}, labels=[...]) and no `--` flag.
+    Red if PACZeroTrainer.train passes the command line's messages through (they name --overwrite, --columns,
+    --labels)."""
+    kwargs = {"model": _model(tokenizer), "tokenizer": tokenizer, **SMALL}
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    cases = [
+        (dict(train_dataset=_dataset(), out_dir=str(out)), "overwrite=True"),
+        (dict(train_dataset=[{"review": r["sentence"], "label": r["label"]} for r in ROWS],
+              out_dir=str(tmp_path / "b")), "columns={'sentence': 'review'}"),
+        (dict(train_dataset=[{"sentence": r["sentence"], "label": ["neg", "pos"][r["label"]]} for r in ROWS],
+              out_dir=str(tmp_path / "c")), "labels=["),
+    ]
+    for given, words in cases:
+        with pytest.raises(ValueError) as e:
+            PACZeroTrainer(**{**kwargs, **given}).train(log=_quiet)
+        assert words in str(e.value) and "--" not in str(e.value), str(e.value)
+    assert (out / "notes.txt").read_text() == "mine"

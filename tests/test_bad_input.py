@@ -241,6 +241,23 @@ def test_an_unreachable_hub_model_is_one_line_at_once(tmp_path, capsys, monkeypa
     assert len(calls) == 1
 
 
+@pytest.mark.parametrize("typed,meant", [("tiny-lama", "tiny-llama"), ("smolm2", "smollm2"),
+                                         ("smollm2-135m-instrct", "smollm2-135m-instruct")])
+def test_a_mistyped_built_in_model_name_gets_a_did_you_mean(tmp_path, capsys, monkeypatch, typed, meant):
+    """A name close to a built-in model's (no owner/ part) is refused in one line that names the built-in
+    name, before the hub is probed and before any folder is made; a hub id without an owner ('gpt2') is not
+    taken for a typo. Red if the check is removed (the error is then the hub probe's) or matches loosely."""
+    import paczero.models
+
+    probed = []
+    monkeypatch.setattr(paczero.models, "check_hub_reachable", probed.append)
+    assert main(["train", "--model", typed, "--out-dir", str(tmp_path / "never")]) == 2
+    err = _one_error_line(capsys)
+    assert f"did you mean {meant!r}" in err and not probed and not (tmp_path / "never").exists()
+    paczero.models.check_model_source("gpt2")
+    assert probed == ["gpt2"]
+
+
 def test_a_reachable_hub_is_probed_once_per_process(monkeypatch):
     """The run's checks, its data and its tokenizer each ask whether the hub is reachable: one connection
     answers them all, while a failed probe is asked again (the network may come back). Red if a success is
