@@ -173,4 +173,30 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
     values.update({k: v for k, v in vars(ns).items() if k in fields})
     if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
         check_data_given(resolve_recipe(recipe), values, "--data PATH")
-    return TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
+    cfg = TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
+    if not set(SIZES) & set(values):
+        cfg = _sizes_as_given(cfg)
+    return cfg
+
+
+SIZES = ("n_train", "n_dev", "n_test")
+
+
+def _sizes_as_given(cfg: TrainConfig, echo=None) -> TrainConfig:
+    """With no sample size set anywhere, a local data file too small for the default sizes is used as given
+    (:func:`paczero.tasks.data.sizes_for_file`); one line on stderr says how, and the config records it."""
+    import sys
+    from pathlib import Path
+
+    from paczero.tasks.data import canonical_task, sizes_for_file
+
+    if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file():
+        return cfg
+    sizes = sizes_for_file(canonical_task(cfg.task), Path(cfg.data).expanduser(),
+                           {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels)
+    if sizes is None:
+        return cfg
+    print(f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "
+          f"{cfg.n_dev}): U = {sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
+          "data_seed (--n-train, --n-dev and --n-test choose)", file=echo or sys.stderr)
+    return cfg.replace(**sizes).validate()

@@ -23,10 +23,11 @@ def _own_data_command() -> list[str]:
     return shlex.split(line.split("#")[0])[1:]
 
 
-def test_the_own_data_command_trains_on_a_40_row_csv(tmp_path, monkeypatch):
-    """The README's command on a 40-row CSV with `text` and `label` columns (the sizes it names fit), the
-    tiny test model and 2 steps in place of SmolLM2's 60 (flags given later win). Red if the command's sizes
-    do not fit a 40-row file or a flag it names does not exist."""
+def test_the_own_data_command_trains_on_a_40_row_csv(tmp_path, monkeypatch, capsys):
+    """The README's command on a 40-row CSV with `text` and `label` columns, the tiny test model and 2 steps in
+    place of SmolLM2's 60 (flags given later win): with no sizes given, the file is used as given (8 test rows,
+    6 dev, 26 in U) and one line says so. Red if the default sizes (1000 + 500) apply to a 40-row file, or a
+    flag the command names does not exist."""
     from paczero.cli import main
 
     rows = [f"this was {'great' if i % 2 else 'awful'} number {i},{i % 2}" for i in range(40)]
@@ -35,8 +36,9 @@ def test_the_own_data_command_trains_on_a_40_row_csv(tmp_path, monkeypatch):
     args = _own_data_command()
     assert "--data" in args and args[args.index("--data") + 1] == "reviews.csv"
     assert main(args + ["--model", "tiny-llama", "--steps", "2", "--eval-every", "1", "--no-progress"]) == 0
+    assert "U = 26 rows, dev = 6, test = 8" in capsys.readouterr().err
     summary = json.loads((tmp_path / "runs" / "reviews" / "summary.json").read_text())
-    assert summary["config"]["n_train"] + summary["config"]["n_dev"] + summary["config"]["n_test"] <= 40
+    assert [summary["config"][k] for k in ("n_train", "n_dev", "n_test")] == [26, 6, 8]
 
 
 @pytest.mark.slow  # loads SmolLM2-135M and trains 2 steps: about a minute on 2 cores

@@ -178,6 +178,30 @@ def _records(numbered: list[tuple[int, Any]], path: Path, unit: str) -> list[dic
     return [record for _, record in numbered]
 
 
+def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None) -> dict | None:
+    """None when the local file ``path`` holds enough rows for ``sizes`` (n_train, n_dev, n_test); else the
+    sizes that use its rows as given, as :mod:`paczero.api` uses a ``train_dataset``: a split column's
+    train and test rows whole (dev: its dev rows, else a fifth of train), else a fifth of the rows for test,
+    a fifth of the rest for dev and the rest as U. A file that cannot be split at all raises its one-line
+    ValueError."""
+    records = read_records(Path(path))
+    try:
+        split_records(task, records, str(path), sizes["n_train"], sizes["n_dev"], sizes["n_test"], seed, columns,
+                      labels)
+        return None
+    except ValueError:
+        pass
+    if records and "split" in records[0]:
+        names = [str(r.get("split", "")).strip().lower() for r in records]
+        own_dev = "test" in names and any(name in DEV_SPLITS for name in names)
+        n_dev = None if own_dev else max(1, round(0.2 * names.count("train")))
+    else:
+        n_test = max(1, round(0.2 * len(records))) if len(records) > 1 else 0
+        n_dev = max(1, round(0.2 * (len(records) - n_test)))
+    train, dev, test = split_records(task, records, str(path), None, n_dev, None, seed, columns, labels)
+    return {"n_train": len(train), "n_dev": len(dev), "n_test": len(test)}
+
+
 def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None):
     return split_records(task, read_records(path), str(path), n_train, n_dev, n_test, seed, columns, labels)
 
