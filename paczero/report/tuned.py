@@ -17,6 +17,7 @@ from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label
 from paczero.report.tables import _comparison_order, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
+TUNED_TABLE = "cpu-tuned"  # the table this layout reports
 
 
 def label(cfg: dict) -> str:
@@ -122,3 +123,58 @@ def tuned_headline(cells: list[Cell]) -> str | None:
     return ("Test accuracy %, each method at its dev-chosen learning rate: " + "; ".join(parts)
             + (", against " + ", ".join(others) if others else "")
             + (f"; the base model zero-shot: {zero[0]}" if zero else "") + ".")
+
+
+def plot_tuned(cells: list[Cell], path):
+    """The chosen cells only, two panels sharing the test-accuracy axis (filled: in-domain test, hollow:
+    out-of-domain test; bars: std over seeds). Left: against the MIA bound of each cell's guarantee (PAC
+    and DP on one axis; a non-private reference stands at 1), where the MI plateau (PAC-MI flat as the
+    budget grows) and the DP cliff (DP at chance for small ε) show. Right: against the measured
+    train-vs-held-out loss attack's AUC (0.5: no signal), which DP's ε bounds and the PAC guarantee does not."""
+    from paczero.report.plots import _pyplot
+
+    chosen = sorted((c for c, _, _ in choose(cells).values()), key=_comparison_order)
+    if not chosen:
+        return None
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12.0, 5.0), sharey=True)
+    markers = {"PAC": "o", "DP": "s", "non-private": "D"}
+    for i, c in enumerate(chosen):
+        text, mia = guarantee(c)
+        family = "DP" if c.cfg["mechanism"] in DP_MECHANISMS else "non-private" if mia is None else "PAC"
+        test, ood, auc = c.stat("test"), _extra(c, "ood_test", "accuracy"), _extra(c, "heldout_attack", "auc")
+        if test[0] is None:
+            continue
+        color, marker = f"C{i % 10}", markers[family]
+        name = f"{label(c.cfg)}, lr {c.cfg['lr']:g}; {text if family != 'non-private' else 'no guarantee'}"
+        for ax, x in ((left, 1.0 if mia is None else mia), (right, auc[0])):
+            if x is None:
+                continue
+            ax.errorbar([x], [test[0]], yerr=[test[1] or 0.0], marker=marker, color=color, capsize=3, ls="none",
+                        label=name if ax is left else None)
+            if ood[0] is not None:
+                ax.errorbar([x], [ood[0]], yerr=[ood[1] or 0.0], marker=marker, color=color, mfc="white",
+                            capsize=3, ls="none")
+            if ax is right and auc[1]:
+                ax.errorbar([x], [test[0]], xerr=[auc[1]], color=color, ls="none", capsize=0, alpha=0.5)
+    zero = zero_shot_stats(cells)
+    for ax in (left, right):
+        if zero and zero[0][1]["test"][0] is not None:
+            ax.axhline(zero[0][1]["test"][0], color="k", ls=":", alpha=0.6)
+        ax.axhline(50.0, color="grey", ls="--", lw=0.8)  # chance on a balanced binary task
+        ax.grid(alpha=0.3)
+    left.set_xlim(0.47, 1.04)
+    left.set_xlabel("MIA success bound of the guarantee (prior 0.5; 1: none)")
+    right.set_xlabel("loss-attack AUC, U vs held-out records (measured; 0.5: no signal)")
+    right.axvline(0.5, color="k", lw=0.8, alpha=0.4)
+    left.set_ylabel("test accuracy %")
+    left.set_title("what each guarantee bounds", fontsize=9)
+    right.set_title("what the attack the field measures finds", fontsize=9)
+    fig.suptitle("Each method at its dev-chosen learning rate (filled: in-domain test, hollow: out-of-domain test; "
+                 "dotted: zero-shot in-domain; dashed: chance)", fontsize=10)
+    fig.tight_layout()
+    fig.legend(fontsize=7, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 0.0))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
