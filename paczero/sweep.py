@@ -313,9 +313,8 @@ def _dry_run(cells: list[Cell], overrides: dict[str, Any], echo: Callable[[str],
 
 
 def _triage(cells: list[Cell], overrides: dict[str, Any], journal: _Journal, queued: dict[Path, str]):
-    """Validate every cell's config before anything starts; returns the cells to run (with whether each
-    resumes), the records of those skipped, and the run folders of DP cells (their duration depends on their
-    private batches)."""
+    """Validate every cell's config before anything starts; returns the cells to run (with whether each resumes),
+    the records of those skipped, and the run folders of DP cells (their duration depends on private batches)."""
     todo: list[tuple[Cell, bool]] = []
     results: list[dict] = []
     private_time: set[Path] = set()
