@@ -96,9 +96,6 @@ def check_hub_reachable(repo_id: str) -> None:
     reached: huggingface_hub would otherwise retry each request for about 25 s before failing. Nothing is
     checked in offline mode (HF_HUB_OFFLINE), behind a proxy (the proxy may reach what this host cannot),
     or when the model's config is already in the hub cache."""
-    import socket
-    from urllib.parse import urlparse
-
     from huggingface_hub import constants, try_to_load_from_cache
 
     if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
@@ -109,17 +106,34 @@ def check_hub_reachable(repo_id: str) -> None:
             return
     except ValueError:  # not a valid repo id: from_pretrained says why
         return
+    reason = hub_unreachable()
+    if reason is not None:
+        raise ValueError(f"cannot reach the Hugging Face hub ({reason}) to download {repo_id!r}, and it is not in "
+                         "the hub cache: connect, or give a local model folder")
+
+
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached from here (``"huggingface.co: Name or service not known"``),
+    or None: reached (once per process), offline mode (HF_HUB_OFFLINE: nothing is asked of it), or a proxy
+    (it may reach what this host cannot)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                                    "all_proxy")):
+        return None
     url = urlparse(constants.ENDPOINT)
     host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
     if (host, port) in _HUB_REACHED:  # the run's checks, data and tokenizer each ask: connect once
-        return
+        return None
     try:
         socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT).close()
         _HUB_REACHED.add((host, port))
+        return None
     except OSError as e:
-        raise ValueError(f"cannot reach the Hugging Face hub ({host}: {e.strerror or e.__class__.__name__}) to "
-                         f"download {repo_id!r}, and it is not in the hub cache: connect, or give a local model "
-                         "folder") from None
+        return f"{host}: {e.strerror or e.__class__.__name__}"
 
 
 def _first_line(e: BaseException) -> str:

@@ -195,11 +195,49 @@ def test_an_unreachable_hub_dataset_is_one_line_with_a_hint(tmp_path, capsys, mo
     def offline(path, *a, **k):
         raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
 
+    import paczero.models
+
     monkeypatch.setattr(datasets, "load_dataset", offline)
+    monkeypatch.setattr(paczero.models, "hub_unreachable", lambda: None)  # the host answers; the request fails
     assert main(["train", "--model", "tiny-llama", "--task", "sst2", "--out-dir", str(tmp_path / "never")]) == 2
     err = _one_error_line(capsys)
     assert "cannot load the sst2 dataset (stanfordnlp/sst2)" in err and "Couldn't reach" in err and "--data" in err
     assert not (tmp_path / "never").exists()
+
+
+def test_a_hub_dataset_with_no_route_to_the_hub_reads_the_cache_only(tmp_path, capsys, monkeypatch):
+    """With no route to the hub, SST-2 is loaded in offline mode (a cached copy loads, anything else fails at
+    once: datasets' requests would each retry for about 25 s), and the error names the unreachable host; the
+    offline mode ends with the load. Red if the probe is skipped (load_dataset then runs online) or the
+    offline mode outlives the call."""
+    import socket
+
+    import datasets
+    import datasets.config
+    from huggingface_hub import constants
+
+    import paczero.models
+
+    modes = []
+
+    def load(path, *a, **k):
+        modes.append((constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE))
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (OfflineModeIsEnabled)")
+
+    def unreachable(address, *a, **k):
+        raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(datasets, "load_dataset", load)
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(paczero.models, "_HUB_REACHED", set())
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["train", "--model", "tiny-llama", "--task", "sst2", "--out-dir", str(tmp_path / "never")]) == 2
+    err = _one_error_line(capsys)
+    assert "the hub cannot be reached" in err and "Network is unreachable" in err and "--data" in err
+    assert modes == [(True, True)] and constants.HF_HUB_OFFLINE is False and datasets.config.HF_HUB_OFFLINE is False
 
 
 def test_an_unreachable_hub_model_is_one_line_at_once(tmp_path, capsys, monkeypatch):

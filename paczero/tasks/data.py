@@ -12,6 +12,7 @@ fields: ``sentence``/``label`` for classification, ``id``/``title``/
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -100,14 +101,37 @@ def load_splits(
     return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {}, labels)
 
 
+@contextlib.contextmanager
+def _hub_offline(offline: bool):
+    """huggingface_hub's and datasets' offline mode while the block runs (if ``offline``): a cached dataset
+    loads, anything else fails at once."""
+    if not offline:
+        yield
+        return
+    import datasets.config
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
+
+
 # -- hub datasets ------------------------------------------------------------------
 def _load_hub(task, n_train, n_dev, n_test, seed):
     import datasets  # lazy: importing datasets is slow and needs no network until here
 
+    from paczero.models import hub_unreachable
+
+    unreachable = hub_unreachable()  # then only the cache is read: each request would retry for about 25 s
     try:
-        data = datasets.load_dataset(HUB[task])
+        with _hub_offline(unreachable is not None):
+            data = datasets.load_dataset(HUB[task])
     except (OSError, ValueError) as exc:  # offline, unreachable or unknown: ConnectionError, DatasetNotFoundError
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        reason = (f"the hub cannot be reached ({unreachable}) and the dataset is not in the datasets cache"
+                  if unreachable else str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__)
         raise ValueError(f"cannot load the {task} dataset ({HUB[task]}) from the Hugging Face hub: {reason}; "
                          f"connect once (it is cached), or give a local file with --data (docs/tasks.md)") from None
     train_pool = [_canonical(task, row) for row in data["train"]]
