@@ -338,3 +338,26 @@ def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
             for c in by_method[m]} == {0.5, 1.0, 2.0}
     assert {c.mi_budget for m in ("lora-mi0.33-skip", "lora-mi0.001-skip") for c in by_method[m]} == {0.33, 1e-3}
     assert {c.noised_coef for m in ("lora-mi0.33-pm", "lora-mi0.001-pm") for c in by_method[m]} == {"posterior-mean"}
+
+
+def test_every_recipe_holds_its_grid_row():
+    """The recipe-protocol check reads the grid (paczero/recipes/grid.csv, the generator's input): every row is
+    a shipped recipe whose config holds each value the row sets and whose seeds and title are the row's; every
+    shipped recipe but the quick start's has a row; a paper cell's source names its table and, where the
+    authors' repository has one, their script. Red if a recipe is edited by hand away from its row, or a row's
+    recipe is missing."""
+    rows = list(csv.DictReader((REPO / "paczero" / "recipes" / "grid.csv").open()))
+    named = {f"{r['table']}/{r['cell']}" for r in rows}
+    assert named == {n for n in ALL if not n.startswith("quickstart/")}
+    meta = {"table", "cell", "base", "seeds", "forwards", "method", "source", "title", "paper"}
+    for r in rows:
+        name = f"{r['table']}/{r['cell']}"
+        block = yaml.safe_load(resolve_recipe(name).read_text())
+        for key, value in r.items():
+            if key not in meta and value != "":
+                assert block[key] == json.loads(value), (name, key)
+        assert block["recipe"]["seeds"] == [int(s) for s in r["seeds"].split()] and block["recipe"]["title"] == r["title"]
+        if r["paper"]:
+            assert r["source"].startswith(("tab:", "app:")) and block["paper"]["table"] == r["source"].split(";")[0]
+            assert "authors' scripts/" in r["source"] or name in (
+                "ablation/sst2-opt1.3b-lora-mi0.001-uniform-t2000", "zpl-canonical/sst2-opt1.3b-ft"), name
