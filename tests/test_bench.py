@@ -255,3 +255,16 @@ def test_bench_entry_points_run_from_another_folder(tmp_path):
         row = [line for line in out.stdout.splitlines() if line.startswith("| tiny-llama")]
         assert len(row) == 1
         assert ("MiB)" in row[0]) == ("--no-memory" not in cmd)  # the memory phases' column
+
+
+def test_gloo_exit_counts_the_exit_codes_of_each_pair_of_ranks(capsys):
+    """benchmarks/gloo_exit.py: two gloo ranks meet, destroy their group and exit with code 2; the benchmark
+    counts both exits of each pair (one JSON line per mode). Red if a rank's exit is not counted or the
+    ranks never meet (they would hang, or exit otherwise)."""
+    import json
+
+    from benchmarks.gloo_exit import main
+
+    assert main(["--modes", "destroy", "--runs", "1"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line == {"mode": "destroy", "runs": 1, "exit_codes": {"2": 2}}
