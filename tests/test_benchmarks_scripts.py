@@ -1,0 +1,86 @@
+"""The measurement scripts of benchmarks/ beside the step benchmark run end to end on a tiny model and report
+what they measured: the memory timeline, the draw overlap, bf16's two-point scalars."""
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks.step import BenchConfig
+
+
+def test_memory_timeline_marks_each_evaluation_block_and_update(tmp_path, capsys):
+    """Cached z (tiny-llama FT): two loop bodies, each a + and a - block and an update, marked in order, with
+    samples of the resident size in and around them; the file is never written over."""
+    from benchmarks.memory_timeline import main
+
+    out = tmp_path / "timeline.json"
+    assert main(["--model", "tiny-llama", "--n", "8", "--interval-ms", "1", "--json-out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    s = res["summary"]
+    assert s["cached"] and (s["evaluations"], s["updates"]) == (4, 2)
+    names = [name for _, name in res["marks"]]
+    assert names == ["evaluate", "evaluated", "evaluate", "evaluated", "update", "updated"] * 2
+    times = [t for t, _ in res["samples"]]
+    assert times == sorted(times) and len(times) > len(names)
+    assert s["peak_bytes"] >= s["before_bytes"] > 0 and len(s["after_update_bytes"]) == 2
+    assert s["evaluation_peak_bytes"] and s["update_peak_bytes"] and "high-water" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["--model", "tiny-llama", "--json-out", str(out)])
+    assert e.value.code == 2
+
+
+def test_memory_timeline_uncached_waves_with_trim_and_the_inference_phase():
+    """--uncached regenerates z per lock-step wave (one wave of both signs per step at N = 8), --trim runs
+    glibc's malloc_trim after each; the inference phase has floor passes and no step."""
+    from benchmarks.memory_timeline import run
+    from paczero.zo import Perturber
+
+    methods = Perturber.evaluate, Perturber.perturbed, Perturber.apply_update
+    cfg = BenchConfig(model="tiny-llama", track="ft", n=8, steps=1, scaling=False)
+    s = run(cfg, "train", uncached=True, trim=True, interval_s=0.001)["summary"]
+    assert not s["cached"] and s["trim"] and (s["evaluations"], s["updates"]) == (2, 2)
+    assert (Perturber.evaluate, Perturber.perturbed, Perturber.apply_update) == methods  # marked per instance only
+    res = run(cfg, "inference", interval_s=0.001)
+    assert [name for _, name in res["marks"]] == ["floor", "floored"] * 2
+    assert (res["summary"]["evaluations"], res["summary"]["updates"]) == (0, 0)
+
+
+def test_draw_overlap_times_floor_draw_and_both(tmp_path, monkeypatch, capsys):
+    from benchmarks.draw_overlap import main, run
+
+    out = tmp_path / "overlap.json"
+    assert main(["--model", "tiny-llama", "--n", "8", "--rounds", "2", "--json-out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert min(res["floor_s"], res["draw_s"], res["overlapped_s"]) > 0
+    assert res["overlapped_over_sum"] == pytest.approx(res["overlapped_s"] / (res["floor_s"] + res["draw_s"]))
+    assert res["trained_values"] > 1_000_000 and "overlapped" in capsys.readouterr().out  # tiny-llama FT's d
+
+    import paczero.zo.perturb as perturb
+    monkeypatch.setattr(perturb, "CPU_CACHE_LIMIT", 0)  # above the cache limit: no single draw to overlap
+    with pytest.raises(SystemExit, match="above the cache limit"):
+        run(BenchConfig(model="tiny-llama", track="ft", n=8), 1)
+
+
+def test_bf16_scalars_writes_g_as_json_and_compares_it(tmp_path, capsys):
+    """One run per dtype on tiny-llama LoRA: g of each step in a JSON file with its timings; a file compared
+    with itself correlates at 1.000, and a run is never written over a file."""
+    from benchmarks.bf16_scalars import _corr, compare, main
+
+    args = ["--model", "tiny-llama", "--n", "8", "--steps", "2", "--out-dir", str(tmp_path)]
+    assert main(["fp32", "same", "1e-2", *args]) == 0
+    assert main(["bf16", "fp32", "1e-2", *args]) == 0
+    fp32, bf16 = tmp_path / "g_fp32_same_0.01.json", tmp_path / "g_bf16_fp32_0.01.json"
+    for path in (fp32, bf16):
+        res = json.loads(path.read_text())
+        assert len(res["g"]) == 2 and all(len(g) == 8 for g in res["g"])
+        assert res["floor_s"] > 0 and res["step_s"] > 0 and res["config"]["model"] == "tiny-llama"
+    lines = compare(str(fp32), [str(fp32), str(bf16)])
+    assert lines[0] == "g_fp32_same_0.01.json " + "; ".join(
+        f"corr 1.000 mean {m:.3f}/{m:.3f}" for m in (np.mean(g) for g in json.loads(fp32.read_text())["g"]))
+    assert lines[1].startswith("g_bf16_fp32_0.01.json corr ") and lines[1].count("corr") == 2
+    with pytest.raises(SystemExit, match="exists"):
+        main(["fp32", "same", "1e-2", *args])
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=50), rng.normal(size=50)
+    assert _corr(list(a), list(b)) == pytest.approx(np.corrcoef(a, b)[0, 1])
+    capsys.readouterr()
