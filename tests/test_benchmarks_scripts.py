@@ -1,5 +1,6 @@
 """The measurement scripts of benchmarks/ beside the step benchmark run end to end on a tiny model and report
-what they measured: the memory timeline, the draw overlap, bf16's two-point scalars."""
+what they measured: the memory timeline, the draw overlap, bf16's two-point scalars; benchmarks/results/
+holds results only, each file named in its folder's README."""
 import json
 
 import numpy as np
@@ -84,3 +85,40 @@ def test_bf16_scalars_writes_g_as_json_and_compares_it(tmp_path, capsys):
     a, b = rng.normal(size=50), rng.normal(size=50)
     assert _corr(list(a), list(b)) == pytest.approx(np.corrcoef(a, b)[0, 1])
     capsys.readouterr()
+
+
+def _expand(pattern: str) -> list[str]:
+    """``a-{x,y}.json`` -> ``a-x.json``, ``a-y.json`` (nested braces, as a shell expands them)."""
+    import re
+
+    m = re.search(r"\{([^{}]*)\}", pattern)
+    if not m:
+        return [pattern]
+    return [p for alt in m.group(1).split(",") for p in _expand(pattern[:m.start()] + alt + pattern[m.end():])]
+
+
+def test_results_hold_results_only_each_named_in_its_folders_readme():
+    """benchmarks/results/: data files only (no scripts, no tensor dumps), and every file named (by name,
+    a {a,b} or * pattern in backquotes, or without its ``callN-`` prefix) in its folder's README.md."""
+    import fnmatch
+    import re
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    folders = sorted(p for p in results.iterdir() if p.is_dir())
+    assert len(folders) >= 10 and (results / "README.md").is_file()
+    unnamed, foreign = [], []
+    for folder in folders:
+        readme = folder / "README.md"
+        assert readme.is_file(), folder
+        patterns = [p for quoted in re.findall(r"`([^`]+)`", readme.read_text()) for p in _expand(quoted)]
+        for f in sorted(folder.rglob("*")):
+            if f.is_dir() or f == readme:
+                continue
+            if f.suffix not in {".json", ".jsonl", ".csv", ".md", ".log", ".txt"}:
+                foreign.append(str(f.relative_to(results)))
+            names = {f.name, re.sub(r"^call\d+-", "", f.name)}
+            if not any(fnmatch.fnmatch(n, p) for n in names for p in patterns):
+                unnamed.append(str(f.relative_to(results)))
+    assert foreign == [] and unnamed == []
+    assert _expand("g_{a,b}-{1,2}.json") == ["g_a-1.json", "g_a-2.json", "g_b-1.json", "g_b-2.json"]
