@@ -157,10 +157,12 @@ def _unstated_lines(table: str, cell: str, cfg: dict) -> str:
 
 
 def render(c: dict) -> str:
+    """A paper cell's recipe: its header (protocol, unstated settings), recipe block, config and paper figures."""
     table, cell, cfg, seeds = c["table"], c["cell"], {k: c["cfg"][k] for k in KEY_ORDER if k in c["cfg"]}, c["seeds"]
     name = f"{table}/{cell}"
-    head = (TEMPLATES / "paper-header.txt").read_text().format(title=c["title"], name=name, seed0=seeds[0], seeds=" ".join(map(str, seeds)),
-                         protocol=_protocol_lines(cfg), unstated=_unstated_lines(table, cell, cfg))
+    head = (TEMPLATES / "paper-header.txt").read_text().format(
+        title=c["title"], name=name, seed0=seeds[0], seeds=" ".join(map(str, seeds)),
+        protocol=_protocol_lines(cfg), unstated=_unstated_lines(table, cell, cfg))
     recipe = {"recipe": {"name": name, "table": table, "cell": cell, "title": c["title"], "seeds": seeds,
                          "seed_field": "data_seed"}}
     return head + dump(recipe) + "\n" + dump(cfg) + "\n" + dump({"paper": c["paper"]})
@@ -215,9 +217,9 @@ def cpu_seconds(cfg: dict, forwards: float) -> float:
 def render_cpu(c: dict) -> str:
     """A CPU table's recipe: its header (long lines wrapped as comments), the recipe block and the config."""
     table, cfg, fw = c["table"], c["cfg"], c["forwards"]
-    head = (TEMPLATES / f"{table}-header.txt").read_text().format(title=c["title"], data=CPU_DATA, ood=TUNED_OOD, name=f"{table}/{c['cell']}",
-                                     seeds=" ".join(map(str, CPU_SEEDS)), seed0=CPU_SEEDS[0], steps=cfg["steps"],
-                                     forwards=fw, track=cfg["track"], minutes=cpu_seconds(cfg, fw) / 60)
+    head = (TEMPLATES / f"{table}-header.txt").read_text().format(
+        title=c["title"], name=f"{table}/{c['cell']}", data=CPU_DATA, ood=TUNED_OOD, minutes=cpu_seconds(cfg, fw) / 60,
+        seeds=" ".join(map(str, CPU_SEEDS)), seed0=CPU_SEEDS[0], steps=cfg["steps"], forwards=fw, track=cfg["track"])
     head = "\n".join(line if len(line) <= 110 else "\n# ".join(textwrap.wrap(line, 108, break_on_hyphens=False))
                      for line in head.splitlines()) + "\n"
     recipe = {"recipe": {"name": f"{table}/{c['cell']}", "table": table, "cell": c["cell"], "title": c["title"],
