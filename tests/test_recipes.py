@@ -342,10 +342,10 @@ def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
 
 def test_every_recipe_holds_its_grid_row():
     """The recipe-protocol check reads the grid (paczero/recipes/grid.csv, the generator's input): every row is
-    a shipped recipe whose config holds each value the row sets and whose seeds and title are the row's; every
-    shipped recipe but the quick start's has a row; a paper cell's source names its table and, where the
-    authors' repository has one, their script. Red if a recipe is edited by hand away from its row, or a row's
-    recipe is missing."""
+    a shipped recipe whose config holds each value the row sets and whose seeds, title and paper figures are the
+    row's; every shipped recipe but the quick start's has a row; a paper cell's source names its table and, where
+    the authors' repository has one, their script. Red if a recipe is edited by hand away from its row, or a
+    row's recipe is missing."""
     rows = list(csv.DictReader((REPO / "paczero" / "recipes" / "grid.csv").open()))
     named = {f"{r['table']}/{r['cell']}" for r in rows}
     assert named == {n for n in ALL if not n.startswith("quickstart/")}
@@ -356,8 +356,11 @@ def test_every_recipe_holds_its_grid_row():
         for key, value in r.items():
             if key not in meta and value != "":
                 assert block[key] == json.loads(value), (name, key)
-        assert block["recipe"]["seeds"] == [int(s) for s in r["seeds"].split()] and block["recipe"]["title"] == r["title"]
-        if r["paper"]:
-            assert r["source"].startswith(("tab:", "app:")) and block["paper"]["table"] == r["source"].split(";")[0]
+        assert block["recipe"]["seeds"] == [int(s) for s in r["seeds"].split()], name
+        assert block["recipe"]["title"] == r["title"], name
+        if r["paper"]:  # the paper's table and figures (rungs by T: numbers in YAML, strings in JSON)
+            assert r["source"].startswith(("tab:", "app:"))
+            figures = {"table": r["source"].split(";")[0], **json.loads(r["paper"])}
+            assert json.loads(json.dumps(block["paper"])) == figures, name
             assert "authors' scripts/" in r["source"] or name in (
                 "ablation/sst2-opt1.3b-lora-mi0.001-uniform-t2000", "zpl-canonical/sst2-opt1.3b-ft"), name
