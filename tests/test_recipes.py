@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -297,8 +298,6 @@ def test_cpu_scale_without_its_data_file_is_one_clear_error(tmp_path, capsys):
 
 def test_cpu_scale_budget_fits_four_hours():
     """The table's README states the budget arithmetic: 9 cells x 3 seeds within about 4 hours on 2 cores."""
-    import re
-
     readme = (resolve_recipe(CPU[0]).parent / "README.md").read_text()
     hours = float(re.search(r"about \*\*([0-9.]+) hours\*\*", readme).group(1))
     assert hours <= 4.0
@@ -315,8 +314,6 @@ def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
     that include the cpu-scale value; the PAC-ZPL cell with both coin rules, PAC-MI at 0.33 and 1e-3 nats
     (the plateau), DPZero at epsilon 0.5, 1, 2 (the cliff); every run measures the held-out attack.
     Red if a grid misses its family's cpu-scale lr, or a method's cells differ in more than lr."""
-    import re
-
     by_method: dict[str, list] = {}
     for name in TUNED:
         method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
@@ -344,8 +341,8 @@ def test_every_recipe_holds_its_grid_row():
     """The recipe-protocol check reads the grid (paczero/recipes/grid.csv, the generator's input): every row is
     a shipped recipe whose config holds each value the row sets and whose seeds, title and paper figures are the
     row's; every shipped recipe but the quick start's has a row; a paper cell's source names its table and, where
-    the authors' repository has one, their script. Red if a recipe is edited by hand away from its row, or a
-    row's recipe is missing."""
+    the authors' repository has one, the line of their script that runs it. Red if a recipe is edited by hand
+    away from its row, or a row's recipe is missing."""
     rows = list(csv.DictReader((REPO / "paczero" / "recipes" / "grid.csv").open()))
     named = {f"{r['table']}/{r['cell']}" for r in rows}
     assert named == {n for n in ALL if not n.startswith("quickstart/")}
@@ -362,5 +359,5 @@ def test_every_recipe_holds_its_grid_row():
             assert r["source"].startswith(("tab:", "app:"))
             figures = {"table": r["source"].split(";")[0], **json.loads(r["paper"])}
             assert json.loads(json.dumps(block["paper"])) == figures, name
-            assert "authors' scripts/" in r["source"] or name in (
+            assert re.search(r"; authors' scripts/[\w/.-]+\.sh:\d+$", r["source"]) or name in (
                 "ablation/sst2-opt1.3b-lora-mi0.001-uniform-t2000", "zpl-canonical/sst2-opt1.3b-ft"), name
