@@ -1,7 +1,7 @@
 """Generate paczero/recipes/<table>/<cell>.yaml (one recipe per cell), paper_results.csv and the CPU tables'
 READMEs from the grid, paczero/recipes/grid.csv: one row per cell with the values (JSON) that differ from its
 base (``base``: "task size track", the paper's defaults in :func:`base`; ``cpu``: CPU_SHARED), its seeds,
-title, source (the paper's table and the authors' script in bilgehanertan/paczero) and the paper's figures.
+title, source (the paper's tables, the line of the authors' script in bilgehanertan/paczero) and the figures.
 Edit the grid or scripts/recipe_templates/, then ``python scripts/make_recipes.py`` (``--check``: exit 1 if a
 file on disk is stale). What the paper leaves unstated is said in each recipe's header (:func:`unstated`,
 docs/reproducing.md); the CPU tables are not the paper's and their READMEs give every setting's reason.
@@ -29,6 +29,7 @@ KEY_ORDER = ["model", "track", "lora_r", "lora_alpha", "dtype", "task", "columns
              "lr_schedule", "clip", "mu", "weight_decay", "eval_every", "eval_zero_shot", "dev_best", "select_metric",
              "heldout_attack", "checkpoint_every", "token_budget", "rungs", "objective", "max_new_tokens",
              "max_length", "answer_stop"]
+#: the scripts' SQuAD training and generation (--non_diff; run_paczo.py's max_length, max_new_tokens, eos_token)
 SQUAD_AS_SCRIPTS = {"objective": "f1", "max_new_tokens": 50, "max_length": 2048, "answer_stop": "newline-token"}
 #: the CPU tables' shared settings (their READMEs give each value's reason)
 CPU_SHARED = {"model": "smollm2-135m-instruct", "lora_r": 8, "lora_alpha": 16, "dtype": "bf16", "task": "sst2",
@@ -41,9 +42,12 @@ CPU_DATA = ("imdb.jsonl, the IMDb file of the UCI Sentiment Labelled Sentences (
             "CC BY 4.0): 1000 review sentences, 500 positive, rows {\"text\", \"label\"}")
 TUNED_OOD = ("yelp.jsonl, the Yelp file of the same collection (CC BY 4.0): 1000 restaurant-review sentences, "
              "500 positive, the same rows")
-#: seconds on the 2-core machine, bf16, mu = 1e-2 (2026-11-24): a direction's fixed cost (the intercept of `paczero
-#: bench ... --track lora --dtype bf16` at N = 16 and 64), an example's forward (cpu-scale PAC-ZPL LoRA's median
-#: step, 2.81 s for 128, less it), full FT's extra per step (PAC-ZPL FT's median, 4.56 s, less LoRA's), a start
+#: seconds on the 2-core machine, bf16, mu = 1e-2, measured 2026-11-24 (docs/results.md): a direction's fixed cost
+#: (the intercept of `paczero bench --model smollm2-135m-instruct --track lora --dtype bf16 --no-scaling --no-memory`
+#: at N = 16 and 64 on the demo sentences: a step of 0.909 s for 32 forwards, 2.199 s for 128), one example's forward
+#: (the cpu-scale PAC-ZPL LoRA runs' median step, 2.81 s for 128 forwards, less the fixed cost; an evaluation's
+#: forward is counted the same), full FT's extra per step (the PAC-ZPL FT runs' median step, 4.56 s, less the LoRA
+#: runs'), and a run's start (process, model load)
 CPU_S_DIRECTION = 0.479
 CPU_S_FORWARD, CPU_S_FT_EXTRA, CPU_S_START = (2.81 - CPU_S_DIRECTION) / 128, 4.56 - 2.81, 15.0
 
@@ -53,7 +57,7 @@ def base(task: str, size: str, track: str) -> dict:
     return {
         "model": MODELS[size], "track": track, "lora_r": 8, "lora_alpha": 16, "dtype": "fp16",
         "task": task, "n_train": 1000, "n_dev": 500, "n_test": None,
-        "mu": 1e-3, "weight_decay": 0.0, "eval_every": 100, "dev_best": True,
+        "mu": 1e-3, "weight_decay": 0.0, "eval_every": 100, "dev_best": True,  # eval_every: _common.sh's --eval_steps
         "select_metric": "loss" if task == "sst2" else "f1",  # the scripts' metric_for_best_model
         "checkpoint_every": 50 if track == "lora" else (100 if size == "1.3b" else 250),
         **(SQUAD_AS_SCRIPTS if task == "squad" else {}),
@@ -68,8 +72,7 @@ def read_grid(path: Path = GRID) -> list[dict]:
         values = {k: json.loads(v) for k, v in row.items() if k not in meta and v != ""}
         cfg = {**(CPU_SHARED if row["base"] == "cpu" else base(*row["base"].split())), **values}
         cells.append({"table": row["table"], "cell": row["cell"], "title": row["title"], "cfg": cfg,
-                      "seeds": [int(s) for s in row["seeds"].split()], "source": row["source"],
-                      "paper": _paper(row),
+                      "seeds": [int(s) for s in row["seeds"].split()], "source": row["source"], "paper": _paper(row),
                       "forwards": json.loads(row["forwards"]) if row["forwards"] else None,
                       "method": row["method"] or None})
     return cells
@@ -261,10 +264,7 @@ def cpu_tuned_readme(cells: list[dict]) -> str:
     rows = [f"| `{m}-lr*` | {t} | {cfg['steps']} | {', '.join(_sci(x) for x in sorted(lrs))} | "
             f"{cfg['lr_schedule']} | {cpu_seconds(cfg, fw) / 60:.1f} |" for m, (t, cfg, fw, lrs) in methods.items()]
     return (TEMPLATES / "cpu-tuned-README.md").read_text().format(
-        table="cpu-tuned", data=CPU_DATA, ood=TUNED_OOD, rows="\n".join(rows), grid_n=len(in_grid),
-        grid_command="\n".join([f"   paczero sweep {patterns[0]} \\", f"       {patterns[1]} \\",
-                                "       --seeds 0 --set data=PATH/imdb.jsonl --set ood_data=PATH/yelp.jsonl "
-                                "--out-root runs/cpu-tuned"]),
+        table="cpu-tuned", data=CPU_DATA, ood=TUNED_OOD, rows="\n".join(rows), grid_n=len(in_grid), patterns=patterns,
         grid_hours=sum(cpu_seconds(cfg, fw) for cfg, fw in in_grid) / 3600,
         seeds_hours=sum(cpu_seconds(cfg, fw) for _, cfg, fw, _ in methods.values()) * (len(CPU_SEEDS) - 1) / 3600)
 
