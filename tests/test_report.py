@@ -523,7 +523,8 @@ def test_a_key_a_run_predates_counts_as_its_default():
 def _tuned_sweep(root: Path, data: Path) -> None:
     """A cpu-tuned grid as `paczero sweep` leaves it (the shipped recipes, data given with --set): PAC-ZPL with
     coin steps skipped at three learning rates on seed 0 (2e-2 and 5e-2 tie on dev accuracy, 5e-2 has the
-    lower dev loss) and its chosen value on seeds 1 2; MeZO at two; DPZero ε = 0.5 at one."""
+    lower dev loss) and its chosen value on seeds 1 2; MeZO at two; DPZero ε = 0.5 at one; PAC-MI 0.33 at two
+    and PAC-MI 1e-3 at one, coin steps skipped."""
     from paczero.config import load_yaml
     from paczero.recipes import recipes_root
 
@@ -537,6 +538,9 @@ def _tuned_sweep(root: Path, data: Path) -> None:
         "lora-mezo-lr2e-3": ({"mechanism": "mezo", "private": False}, {0: (0.75, 0.48, 0.80, 0.78, 0.55)}),
         "lora-mezo-lr5e-3": ({"mechanism": "mezo", "private": False}, {0: (0.84, 0.38, 0.88, 0.83, 0.58)}),
         "lora-dpzero-eps0.5-lr1e-4": (dp(0.5), {0: (0.55, 0.69, 0.52, 0.51, 0.50)}),
+        "lora-mi0.33-skip-lr5e-3": (pac(0.33), {0: (0.78, 0.45, 0.76, 0.74, 0.53)}),
+        "lora-mi0.33-skip-lr1e-2": (pac(0.33), {0: (0.80, 0.42, 0.81, 0.77, 0.54)}),
+        "lora-mi0.001-skip-lr1e-2": (pac(0.001), {0: (0.79, 0.44, 0.79, 0.75, 0.52)}),
     }
     for cell, (privacy, seeds) in grid.items():
         name = f"cpu-tuned/{cell}"
@@ -570,7 +574,8 @@ def test_the_tuned_table_chooses_each_lr_on_the_first_seeds_dev_and_plots_the_ch
     chosen = re.findall(r"^\| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| \*\*chosen\*\*", md, flags=re.M)
     assert {(m.strip(), lr.strip()) for m, lr, _, _ in chosen} == {
         ("PAC-ZPL (coin steps skipped)", "0.05"), ("MeZO (non-private)", "0.005"),
-        ("DPZero (DP-AggZO code) K=1 ε=0.5", "0.0001")}
+        ("DPZero (DP-AggZO code) K=1 ε=0.5", "0.0001"), ("PAC-MI 0.33 (coin steps skipped)", "0.01"),
+        ("PAC-MI 0.001 (coin steps skipped)", "0.01")}
     row = next(line for line in md.splitlines() if line.startswith("| PAC-ZPL (coin steps skipped) | 0.05 |"))
     test_mean, ood_mean, auc_mean = 100 * (0.82 + 0.86 + 0.78) / 3, 100 * (0.79 + 0.81 + 0.75) / 3, (0.60 + 0.62 + 0.56) / 3
     assert f"{test_mean:.2f}" in row and f"{ood_mean:.2f}" in row and f"{auc_mean:.3f}" in row and "(n=3)" in row
@@ -582,3 +587,27 @@ def test_the_tuned_table_chooses_each_lr_on_the_first_seeds_dev_and_plots_the_ch
     assert {y for _, y in left_points} >= in_domain
     assert round(100 * 0.84, 6) not in {y for _, y in left_points}  # the unchosen 2e-2 cell
     assert round(100 * 0.80, 6) not in {y for _, y in left_points}  # the unchosen MeZO cell
+
+
+def test_the_tuned_tables_mi_plateau_and_dp_cliff_draw_the_chosen_cells_only(tmp_path, monkeypatch):
+    """A tuned table's grid points are choices made on dev: the MI plateau is drawn through each budget's chosen
+    cell (named with its update rule) and the DP cliff's PAC-ZPL line is the chosen PAC-ZPL cell's mean over its
+    seeds, named with its coin rule. Expected values computed here from the fixture. Red if the plateau draws
+    the unchosen PAC-MI 0.33 lr 5e-3 point, or if the PAC-ZPL line pools the whole grid (all lrs, all seeds)."""
+    root = tmp_path / "runs"
+    _tuned_sweep(root, tmp_path / "imdb.jsonl")
+    saved = _axes_of_saved_figures(monkeypatch)
+    write_report(root, tmp_path / "report", trajectories="none")
+    plateau, = [(lines, labels) for fig in saved for _, lines, title, labels, _ in fig
+                if title == "Accuracy vs MI budget (PAC-MI)"]
+    drawn = {(tuple(round(x, 6) for x in xs), tuple(round(y, 6) for y in ys)) for xs, ys in plateau[0]}
+    assert drawn == {((0.001, 0.33), (79.0, 81.0))}  # the series and its (zero-std) error caps
+    assert all("coin steps skipped" in lb for lb in plateau[1])
+    cliff, = [(lines, labels) for fig in saved for _, lines, title, labels, _ in fig
+              if title.startswith("The DP-ZO cliff")]
+    chosen_mean = round(100 * (0.82 + 0.86 + 0.78) / 3, 6)
+    flat = [round(ys[0], 6) for xs, ys in cliff[0] if list(xs) == [0, 1] and ys[0] == ys[1]]
+    assert chosen_mean in flat
+    pooled = round(100 * (0.71 + 0.84 + 0.82 + 0.86 + 0.78) / 5, 6)
+    assert pooled not in flat
+    assert any(lb.startswith("PAC-ZPL, MI = 0, coin steps skipped") for lb in cliff[1])

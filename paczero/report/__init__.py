@@ -34,7 +34,7 @@ from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row
                                   group_cells, load_paper_results, mean_std, read_log, run_row)
 from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
 from paczero.report import provenance
-from paczero.report.tuned import TUNED_TABLE, plot_tuned, tuned_headline, tuned_table
+from paczero.report.tuned import TUNED_TABLE, chosen_cells, plot_tuned, tuned_headline, tuned_table
 from paczero.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
                                   plot_unanimity)
 from paczero.report.tables import (cell_table, comparison_table, dp_cliff_table, headline, headline_table,
@@ -129,12 +129,13 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
 
 def _plots(cells: list[Cell], paper_rows: list, plots_dir: Path, paper_overlay: bool, trajectories: str) -> dict:
     """The report's plots, by title (None where a plot has nothing to show). A learning-rate-tuned table's
-    cells are grid points: its privacy-utility plot shows the chosen ones (:func:`tuned.plot_tuned`)."""
+    cells are grid points: its privacy-utility plot, MI plateau and DP cliff show the chosen ones."""
     tuned = [c for c in cells if c.table == TUNED_TABLE]
     untuned = [c for c in cells if c.table != TUNED_TABLE]
+    results = untuned + chosen_cells(tuned)
     plots = {
-        "Accuracy vs MI budget": plot_mi_plateau(cells, paper_rows, plots_dir / "mi_plateau.png", paper_overlay),
-        "DP cliff": plot_dp_cliff(cells, paper_rows, plots_dir / "dp_cliff.png", paper_overlay),
+        "Accuracy vs MI budget": plot_mi_plateau(results, paper_rows, plots_dir / "mi_plateau.png", paper_overlay),
+        "DP cliff": plot_dp_cliff(results, paper_rows, plots_dir / "dp_cliff.png", paper_overlay),
         "Unanimity rate per cell": plot_unanimity(cells, plots_dir / "unanimity.png", paper_overlay),
         "Privacy against utility": plot_privacy_utility(untuned, plots_dir / "privacy_utility.png"),
         f"Privacy against utility, {TUNED_TABLE} (chosen learning rates)":

@@ -150,6 +150,12 @@ def fmt_ms(mean: float | None, std: float | None, n: int, digits: int = 2) -> st
     return f"{core} (n={n})"
 
 
+def update_rules(cfg: dict) -> list[str]:
+    """The update rules of a PAC run that differ from the paper's (``noised_coef``, ``coin_step``), in words."""
+    return (["noised steps by the posterior mean"] if cfg.get("noised_coef") == "posterior-mean" else []) + \
+        (["coin steps skipped"] if cfg.get("coin_step") == "skip" else [])
+
+
 def method_label(cfg: dict) -> str:
     mech, k = cfg.get("mechanism"), cfg.get("num_directions", 1)
     if mech == "pac-mi":

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import DP_NAMES, Cell, Run, mean_std, model_label, read_log, task_data_label
+from paczero.report.cells import DP_NAMES, Cell, Run, mean_std, model_label, read_log, task_data_label, update_rules
 
 
 def _pyplot():
@@ -32,8 +32,10 @@ def plot_mi_plateau(cells: list[Cell], paper_rows: list[dict], path: Path, overl
     series: dict[str, list[Cell]] = defaultdict(list)
     for c in cells:
         if c.cfg["mechanism"] == "pac-mi" and c.cfg.get("num_directions", 1) == 1:
-            key = c.table if c.table.startswith("plateau") else \
-                f"{task_data_label(c.cfg)} {model_label(c.cfg['model'])} {c.cfg['track']}"
+            rules = update_rules(c.cfg)
+            key = (c.table if c.table.startswith("plateau") else
+                   f"{task_data_label(c.cfg)} {model_label(c.cfg['model'])} {c.cfg['track']}") + \
+                (f", {', '.join(rules)}" if rules else "")
             series[key].append(c)
     if not series:
         return None
@@ -75,11 +77,14 @@ def plot_dp_cliff(cells: list[Cell], paper_rows: list[dict], path: Path, overlay
         ax.errorbar([c.cfg["epsilon"] for c in cs], [s[0] for s in stats], yerr=[s[1] or 0.0 for s in stats],
                     marker="o", capsize=3, label=f"{name} K={k} T={steps} (ours)")
     ref = dp[0].cfg
-    zpl = [c for c in cells if c.cfg["mechanism"] == "pac-zpl" and c.cfg["task"] == ref["task"]
-           and c.cfg["model"] == ref["model"] and c.cfg["track"] == ref["track"]]
-    if zpl:
-        m, s, n = mean_std(r.metric("test") for c in zpl for r in c.runs)
-        ax.axhline(m, color="k", label=f"PAC-ZPL, MI = 0 (ours, n={n})")
+    zpl: dict[tuple, list[Cell]] = defaultdict(list)  # one line per update rule
+    for c in cells:
+        if c.cfg["mechanism"] == "pac-zpl" and all(c.cfg[k] == ref[k] for k in ("task", "model", "track")):
+            zpl[tuple(update_rules(c.cfg))].append(c)
+    for i, (rules, cs) in enumerate(sorted(zpl.items())):
+        m, s, n = mean_std(r.metric("test") for c in cs for r in c.runs)
+        ax.axhline(m, color="k", ls=("-", "-.")[i % 2],
+                   label=f"PAC-ZPL, MI = 0{', ' + ', '.join(rules) if rules else ''} (ours, n={n})")
         if s:
             ax.axhspan(m - s, m + s, color="k", alpha=0.1)
     # the paper's curves are OPT-1.3B on SST-2: drawn beside cells of its dp-cliff table, not beside another experiment

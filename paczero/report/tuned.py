@@ -13,7 +13,7 @@ import statistics
 from collections import defaultdict
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label
+from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
 from paczero.report.tables import _comparison_order, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
@@ -22,8 +22,7 @@ TUNED_TABLE = "cpu-tuned"  # the table this layout reports
 
 def label(cfg: dict) -> str:
     """The method's name with the update rules that differ from the paper's."""
-    rules = (["noised steps by the posterior mean"] if cfg.get("noised_coef") == "posterior-mean" else []) + \
-        (["coin steps skipped"] if cfg.get("coin_step") == "skip" else [])
+    rules = update_rules(cfg)
     return method_label(cfg) + (f" ({', '.join(rules)})" if rules else "")
 
 
@@ -123,6 +122,12 @@ def tuned_headline(cells: list[Cell]) -> str | None:
     return ("Test accuracy %, each method at its dev-chosen learning rate: " + "; ".join(parts)
             + (", against " + ", ".join(others) if others else "")
             + (f"; the base model zero-shot: {zero[0]}" if zero else "") + ".")
+
+
+def chosen_cells(cells: list[Cell]) -> list[Cell]:
+    """The cells a tuned table stands for: each method's chosen one (its grid's other points are choices
+    made on dev, not results)."""
+    return [c for c, _, _ in choose(cells).values()]
 
 
 def plot_tuned(cells: list[Cell], path):
