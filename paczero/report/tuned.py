@@ -138,7 +138,7 @@ def plot_tuned(cells: list[Cell], path):
     train-vs-held-out loss attack's AUC (0.5: no signal), which DP's ε bounds and the PAC guarantee does not."""
     from paczero.report.plots import _pyplot
 
-    chosen = sorted((c for c, _, _ in choose(cells).values()), key=_comparison_order)
+    chosen = sorted(chosen_cells(cells), key=_comparison_order)
     if not chosen:
         return None
     plt = _pyplot()
