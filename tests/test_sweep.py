@@ -153,7 +153,9 @@ def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.Popen([sys.executable, "-m", "paczero.cli", "sweep", str(recipe), "--seeds", "0", "1",
                              "--out-root", str(root), "--set", *TINY, "steps=400", "checkpoint_every=1000"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # as from a terminal: a suite started in the background inherits SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = root / "tiny" / "seed0" / "log.jsonl"
     deadline = time.time() + 120
     while not log.exists() or _lines(log) < 3:
