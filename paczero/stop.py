@@ -1,7 +1,10 @@
-"""A clean stop on a signal: finish the step, checkpoint, exit (see :class:`StopRequest`)."""
+"""A clean stop on a signal: finish the step, checkpoint, exit (see :class:`StopRequest`); a parent that
+passes the stop on to its child processes (:func:`on_stop_signals`)."""
 from __future__ import annotations
 
+import contextlib
 import signal
+from typing import Callable, Iterator
 
 
 class StopRequest:
@@ -34,3 +37,24 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def on_stop_signals(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """Within the block, Ctrl-C (SIGINT) and SIGTERM (``kill PID``, a container's stop) call ``handler``
+    instead of ending the process, so that a parent can pass the stop on to its children and record it.
+    A SIGINT that the process inherited ignored (started in the background by a shell without job control)
+    stays ignored. Off the main thread, where Python cannot install handlers, nothing changes."""
+    old = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            continue
+        try:
+            old[sig] = signal.signal(sig, handler)
+        except ValueError:  # not in the main thread
+            break
+    try:
+        yield
+    finally:
+        for sig, previous in old.items():
+            signal.signal(sig, previous)

@@ -42,6 +42,7 @@ import yaml
 
 from paczero.checkpoint import RunLock
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
+from paczero.stop import on_stop_signals
 
 #: status values in sweep.jsonl
 STATUSES = ("skipped", "started", "done", "failed", "stopped", "submitted")
@@ -68,8 +69,7 @@ class Cell:
         return self.out_root / self.recipe / f"seed{self.seed}.log"
 
     def state(self) -> str:
-        """``done`` (summary.json), ``running`` (another process holds the run folder), ``killed``
-        (run.json, no summary) or ``new``."""
+        """``done`` (summary.json), ``running`` (locked by another process), ``killed`` (run.json only), ``new``."""
         if (self.run_dir / "summary.json").exists():
             return "done"
         if RunLock.held(self.run_dir):
@@ -344,8 +344,8 @@ def _triage(cells: list[Cell], overrides: dict[str, Any], journal: _Journal, que
 
 def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: _Journal,
                private_time: set[Path]) -> list[dict]:
-    """Run the cells on this machine, one per slot (GPU) at a time; returns their final records. Ctrl-C stops
-    the running cells after their step (with a checkpoint), a second one at once."""
+    """Run the cells on this machine, one per slot (GPU) at a time; returns their final records. Ctrl-C or
+    SIGTERM stops the running cells after their step (with a checkpoint), a second one at once."""
     work: queue.Queue = queue.Queue()
     for item in todo:
         work.put(item)
@@ -367,13 +367,13 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
                 cell, resume = work.get_nowait()
             except queue.Empty:
                 return
-            journal.write(cell, "started", resumed=resume, gpu=gpu, config=str(cell.config_path),
-                          log=str(cell.log_path))
+            journal.write(cell, "started", resumed=resume, gpu=gpu, config=str(cell.config_path), log=str(cell.log_path))
             t0 = time.time()
             with _start(train_command(cell, resume=resume), str(cell.log_path), gpu) as proc:
-                running[str(gpu)] = proc
-                if stopping.is_set():  # Ctrl-C came while this cell was starting
-                    proc.send_signal(signal.SIGINT)
+                with lock:  # one SIGINT per stop, whether it came before or after this cell started
+                    running[str(gpu)] = proc
+                    if stopping.is_set():
+                        proc.send_signal(signal.SIGINT)
                 rc = proc.wait()
             running.pop(str(gpu), None)
             status = "done" if rc == 0 and cell.state() == "done" else ("stopped" if rc == 130 else "failed")
@@ -382,20 +382,20 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
             with lock:
                 results.append(rec)
 
-    alive = list(slots)
-    for g in slots:
-        threading.Thread(target=worker, args=(g,), daemon=True).start()
-    interrupted = False
-    while alive:  # polled: after a Thread.join() cut short by Ctrl-C the sweep left the stopped cell unrecorded
-        try:
-            time.sleep(0.2)
-        except KeyboardInterrupt:  # each Ctrl-C (or SIGINT to this process) goes on to the running cells:
-            interrupted = True     # the first stops them after their step with a checkpoint, a second at once
+    def stop(signum, frame) -> None:  # each Ctrl-C or SIGTERM to the sweep goes on to the running cells:
+        with lock:                     # the first stops them after their step with a checkpoint, a second at once
             stopping.set()
             for proc in list(running.values()):
                 proc.send_signal(signal.SIGINT)
+
+    alive = list(slots)
+    with on_stop_signals(stop):  # polled, with no exception in flight: every stopped cell is recorded
+        for g in slots:
+            threading.Thread(target=worker, args=(g,), daemon=True).start()
+        while alive:
+            time.sleep(0.2)
     journal.mark("end")
-    if interrupted:
+    if stopping.is_set():
         raise KeyboardInterrupt
     return results
 

@@ -140,10 +140,12 @@ def test_a_finished_cell_with_other_settings_is_skipped_with_a_word(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
-    """A SIGINT to the sweep process alone (a cell runs detached from the terminal's process group) goes
-    on to the running cell, which checkpoints after its step; the sweep waits for it, records 'stopped',
-    takes no new cell and exits 130. Red if the cell runs on, orphaned, with nothing recorded."""
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path, sig):
+    """A SIGINT (Ctrl-C) or SIGTERM (``kill PID``) to the sweep process alone (a cell runs detached from the
+    terminal's process group) goes on to the running cell, which checkpoints after its step; the sweep waits
+    for it, records 'stopped', takes no new cell and exits 130. Red if the cell runs on, orphaned, with
+    nothing recorded: for SIGTERM, with SIGTERM left out of ``on_stop_signals``."""
     import subprocess
     import sys
 
@@ -161,7 +163,7 @@ def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
     while not log.exists() or _lines(log) < 3:
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     statuses = [(r["seed"], r["status"]) for r in journal(root)]
@@ -169,6 +171,29 @@ def test_ctrl_c_on_the_sweep_stops_its_running_cell_with_a_checkpoint(tmp_path):
     steps = _lines(log)
     assert steps < 400 and (root / "tiny" / "seed0" / "checkpoints" / f"step-{steps:06d}").is_dir()
     assert not RunLock.held(root / "tiny" / "seed0")  # the cell's process has ended
+
+
+def test_stop_signals_are_handled_inside_the_block_only_and_an_ignored_sigint_stays_ignored():
+    """``on_stop_signals`` hands SIGINT and SIGTERM to its handler, leaves a SIGINT that the process
+    inherited ignored (a job started in the background) ignored, and restores both after the block, also
+    when the block raises. Red if it overrides SIG_IGN or forgets to restore."""
+    from paczero.stop import on_stop_signals
+
+    def handler(signum, frame):
+        pass
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        with on_stop_signals(handler):
+            assert signal.getsignal(signal.SIGINT) is handler and signal.getsignal(signal.SIGTERM) is handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with pytest.raises(RuntimeError), on_stop_signals(handler):
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is handler
+            raise RuntimeError
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is before[1]
+    finally:
+        signal.signal(signal.SIGINT, before[0])
 
 
 @pytest.mark.slow
