@@ -523,7 +523,8 @@ def test_a_key_a_run_predates_counts_as_its_default():
 def _tuned_sweep(root: Path, data: Path) -> None:
     """A cpu-tuned grid as `paczero sweep` leaves it (the shipped recipes, data given with --set): PAC-ZPL with
     coin steps skipped at three learning rates on seed 0 (2e-2 and 5e-2 tie on dev accuracy, 5e-2 has the
-    lower dev loss) and its chosen value on seeds 1 2; MeZO at two; DPZero ε = 0.5 at one; PAC-MI 0.33 at two
+    lower dev loss) and its chosen value on seeds 1 2; MeZO at two; DPZero ε = 0.5 and DP-AggZO K = 4 ε = 2 at
+    one each; PAC-MI 0.33 at two
     and PAC-MI 1e-3 at one, coin steps skipped."""
     from paczero.config import load_yaml
     from paczero.recipes import recipes_root
@@ -538,6 +539,7 @@ def _tuned_sweep(root: Path, data: Path) -> None:
         "lora-mezo-lr2e-3": ({"mechanism": "mezo", "private": False}, {0: (0.75, 0.48, 0.80, 0.78, 0.55)}),
         "lora-mezo-lr5e-3": ({"mechanism": "mezo", "private": False}, {0: (0.84, 0.38, 0.88, 0.83, 0.58)}),
         "lora-dpzero-eps0.5-lr1e-4": (dp(0.5), {0: (0.55, 0.69, 0.52, 0.51, 0.50)}),
+        "lora-dp-aggzo-k4-eps2-lr2.5e-4": (dp(2.0), {0: (0.66, 0.62, 0.67, 0.61, 0.51)}),
         "lora-mi0.33-skip-lr5e-3": (pac(0.33), {0: (0.78, 0.45, 0.76, 0.74, 0.53)}),
         "lora-mi0.33-skip-lr1e-2": (pac(0.33), {0: (0.80, 0.42, 0.81, 0.77, 0.54)}),
         "lora-mi0.001-skip-lr1e-2": (pac(0.001), {0: (0.79, 0.44, 0.79, 0.75, 0.52)}),
@@ -574,8 +576,11 @@ def test_the_tuned_table_chooses_each_lr_on_the_first_seeds_dev_and_plots_the_ch
     chosen = re.findall(r"^\| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| \*\*chosen\*\*", md, flags=re.M)
     assert {(m.strip(), lr.strip()) for m, lr, _, _ in chosen} == {
         ("PAC-ZPL (coin steps skipped)", "0.05"), ("MeZO (non-private)", "0.005"),
-        ("DPZero (DP-AggZO code) K=1 ε=0.5", "0.0001"), ("PAC-MI 0.33 (coin steps skipped)", "0.01"),
-        ("PAC-MI 0.001 (coin steps skipped)", "0.01")}
+        ("DPZero (DP-AggZO code) K=1 ε=0.5", "0.0001"), ("DP-AggZO K=4 ε=2", "0.00025"),
+        ("PAC-MI 0.33 (coin steps skipped)", "0.01"), ("PAC-MI 0.001 (coin steps skipped)", "0.01")}
+    headline = next(line for line in md.splitlines() if line.startswith("Test accuracy %, each method"))
+    assert headline.endswith("DPZero ε = 0.5's 52.00 (n=1), DP-AggZO K = 4 ε = 2's 67.00 (n=1); "
+                             "the base model zero-shot: 64.00 ± 0.00 (n=3)."), headline
     row = next(line for line in md.splitlines() if line.startswith("| PAC-ZPL (coin steps skipped) | 0.05 |"))
     test_mean, ood_mean, auc_mean = 100 * (0.82 + 0.86 + 0.78) / 3, 100 * (0.79 + 0.81 + 0.75) / 3, (0.60 + 0.62 + 0.56) / 3
     assert f"{test_mean:.2f}" in row and f"{ood_mean:.2f}" in row and f"{auc_mean:.3f}" in row and "(n=3)" in row

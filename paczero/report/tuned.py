@@ -104,7 +104,7 @@ def tuned_table(cells: list[Cell]) -> str:
 
 
 def tuned_headline(cells: list[Cell]) -> str | None:
-    """One sentence: PAC-ZPL's chosen cells (both coin rules) against MeZO and the strictest DP cell."""
+    """One sentence: PAC-ZPL's chosen cells (both coin rules) against MeZO and every DP cell (by ε, then K)."""
     chosen = {m: c for m, (c, _, _) in choose(cells).items()}
     zpl = {c.cfg.get("coin_step", "move"): c for c in chosen.values() if c.cfg["mechanism"] == "pac-zpl"}
     if not zpl:
@@ -116,8 +116,9 @@ def tuned_headline(cells: list[Cell]) -> str | None:
     dp = sorted((c for c in chosen.values() if c.cfg["mechanism"] in DP_MECHANISMS),
                 key=lambda c: (c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1)))
     others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
-        [f"DPZero ε = {c.cfg['epsilon']:g}'s {fmt_ms(*c.stat('test'))}" for c in dp
-         if c.cfg["mechanism"] in ("dpzero", "dpzero-aggzo1")]
+        [("DPZero" if c.cfg["mechanism"] in ("dpzero", "dpzero-aggzo1") else
+          f"DP-AggZO K = {c.cfg.get('num_directions', 1)}") + f" ε = {c.cfg['epsilon']:g}'s {fmt_ms(*c.stat('test'))}"
+         for c in dp]
     zero = [fmt_ms(*st["test"]) for _, st in zero_shot_stats(cells)]
     return ("Test accuracy %, each method at its dev-chosen learning rate: " + "; ".join(parts)
             + (", against " + ", ".join(others) if others else "")
