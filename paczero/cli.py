@@ -280,7 +280,8 @@ def _cmd_recipes(ns) -> int:
 
 
 def _cmd_sweep(ns) -> int:
-    from paczero.sweep import parse_overrides, slurm_parameters, sweep
+    from paczero.slurm import slurm_parameters
+    from paczero.sweep import parse_overrides, sweep
 
     given = {k: v for k, v in (("partition", ns.partition), ("timeout_min", ns.timeout_min),
                                ("gpus_per_node", ns.gpus_per_node), ("cpus_per_task", ns.cpus_per_task),

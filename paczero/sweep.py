@@ -42,6 +42,7 @@ import yaml
 
 from paczero.checkpoint import RunLock
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
+from paczero.slurm import check_slurm, queued_jobs, submitit_module
 from paczero.stop import on_stop_signals
 
 #: status values in sweep.jsonl
@@ -209,7 +210,7 @@ class SlurmCell:
             return proc.wait()
 
     def checkpoint(self, resume: bool):
-        submitit = _submitit()
+        submitit = submitit_module()
         if self._pid is not None:
             try:  # SLURM may have signalled the whole job already; SIGUSR2 twice is still one clean stop
                 os.kill(self._pid, signal.SIGUSR2)
@@ -287,12 +288,12 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     overrides = dict(overrides or {})
     cells = plan(patterns, seeds, out_root)
     if slurm is not None and not dry_run:
-        _check_slurm()
+        check_slurm()
     if dry_run:
         _dry_run(cells, overrides, echo)
         return []
     journal = _Journal(Path(out_root).expanduser() / "sweep.jsonl", echo)
-    queued = _queued_jobs(journal)  # SLURM jobs a previous sweep submitted
+    queued = queued_jobs(journal.path)  # SLURM jobs a previous sweep submitted
     journal.mark("start")
     todo, results, private_time = _triage(cells, overrides, journal, queued)
     if slurm is not None:
@@ -416,94 +417,9 @@ def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k])
 
 
-#: SLURM settings with a flag of their own in ``paczero sweep`` (``--slurm-arg`` may not set them)
-SLURM_FLAGS = {"partition": "--partition", "timeout_min": "--timeout-min", "time": "--timeout-min",
-               "signal": "--signal-delay-s", "requeue": "--max-requeues", "no_requeue": "--max-requeues",
-               "gpus_per_node": "--gpus-per-node", "gpus": "--gpus-per-node", "gres": "--gpus-per-node",
-               "cpus_per_task": "--cpus-per-task", "mem": "--mem-gb", "mem_gb": "--mem-gb"}
-
-
-def slurm_parameters(*, partition: str | None = None, timeout_min: int = 24 * 60, gpus_per_node: int = 1,
-                     cpus_per_task: int = 8, mem_gb: int = 64, signal_delay_s: int = 300, max_requeues: int = 20,
-                     extra: list[str] | None = None) -> dict[str, Any]:
-    """The checked parameters of one SLURM job per cell: submitit's own, plus ``extra`` sbatch options
-    given as ``KEY=VALUE`` strings (``constraint=a100``, ``exclude=node1,node2``, ``qos=high``).
-    ``signal_delay_s``: how long before the time limit SLURM warns the job (a step and a checkpoint
-    must fit); ``max_requeues``: how many time limits a cell's job may requeue itself after."""
-    for name, value, least in (("--timeout-min", timeout_min, 1), ("--gpus-per-node", gpus_per_node, 0),
-                               ("--cpus-per-task", cpus_per_task, 1), ("--mem-gb", mem_gb, 1),
-                               ("--signal-delay-s", signal_delay_s, 1), ("--max-requeues", max_requeues, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < least:
-            raise ConfigError(f"{name} must be an integer >= {least}, got {value!r}")
-    additional: dict[str, str] = {}
-    for item in extra or []:
-        key, sep, value = item.partition("=")
-        key = key.strip().lstrip("-").replace("-", "_")
-        if not sep or not key or not value.strip():
-            raise ConfigError(f"--slurm-arg expects KEY=VALUE (an sbatch option), got {item!r}")
-        if key in SLURM_FLAGS:
-            raise ConfigError(f"--slurm-arg {key}: use {SLURM_FLAGS[key]} for it")
-        additional[key] = value.strip()
-    if signal_delay_s >= timeout_min * 60:
-        raise ConfigError(f"--signal-delay-s ({signal_delay_s}) must be shorter than the time limit "
-                          f"(--timeout-min {timeout_min} = {timeout_min * 60} s)")
-    return {"slurm_partition": partition, "timeout_min": timeout_min, "gpus_per_node": gpus_per_node,
-            "cpus_per_task": cpus_per_task, "mem_gb": mem_gb, "name": "paczero",
-            "slurm_signal_delay_s": signal_delay_s, "slurm_max_num_timeout": max_requeues,
-            **({"slurm_additional_parameters": additional} if additional else {})}
-
-
-def _submitit():
-    """submitit, imported without the ``logging.config.dictConfig`` it runs at import, which closes every
-    logging handler the process has (a user's, pytest's). A job's process imports it afresh and configures
-    its logging there (its log then shows the signals the job received)."""
-    if "submitit" in sys.modules:
-        return sys.modules["submitit"]
-    old = os.environ.get("SUBMITIT_LOG_LEVEL")
-    os.environ["SUBMITIT_LOG_LEVEL"] = "NOCONFIG"
-    try:
-        import submitit
-    finally:
-        if old is None:
-            del os.environ["SUBMITIT_LOG_LEVEL"]
-        else:
-            os.environ["SUBMITIT_LOG_LEVEL"] = old
-    return submitit
-
-
-def _check_slurm() -> None:
-    try:
-        _submitit()
-    except ImportError:
-        raise ConfigError("--slurm needs submitit: pip install 'paczero[slurm]' (or pip install submitit)") from None
-    if shutil.which("sbatch") is None:
-        raise ConfigError("--slurm needs SLURM's sbatch on PATH: run the sweep where jobs are submitted (a login node)")
-
-
-def _queued_jobs(journal: _Journal) -> dict[Path, str]:
-    """The run folders of cells whose latest submitted SLURM job is still in the queue (pending or running)."""
-    submitted: dict[Path, str] = {}
-    if journal.path.exists():
-        for line in journal.path.read_text().splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("status") == "submitted" and rec.get("job_id"):
-                submitted[Path(rec["run_dir"])] = str(rec["job_id"])
-    if not submitted or shutil.which("squeue") is None:
-        return {}
-    out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i"], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise ConfigError(f"squeue failed, so the sweep cannot tell which submitted cells are still queued: "
-                          f"{(out.stderr.strip().splitlines() or ['exit code %d' % out.returncode])[0]}")
-    live = set(out.stdout.split())
-    return {run_dir: job for run_dir, job in submitted.items() if job in live}
-
-
 def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal) -> list[dict]:
     """One SLURM job per cell through submitit (imported only here), by sbatch, never a local fallback."""
-    submitit = _submitit()
+    submitit = submitit_module()
     if not todo:
         return []
     folder = todo[0][0].out_root / "slurm" / "%j"

@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 from paczero.checkpoint import RunLock
 from paczero.cli import main
 from paczero.config import ConfigError
-from paczero.sweep import (Cell, SlurmCell, expand_recipes, materialise, parse_overrides, plan, slurm_parameters, sweep,
-                           visible_gpus)
+from paczero.slurm import slurm_parameters
+from paczero.sweep import Cell, SlurmCell, expand_recipes, materialise, parse_overrides, plan, sweep, visible_gpus
 
 TINY = ["model=tiny-llama", "task=demo", "n_train=16", "n_dev=8", "n_test=8", "steps=4", "eval_every=2",
         "num_subsets=4", "eval_zero_shot=false", "progress=false", "checkpoint_every=2", "track=ft"]
