@@ -138,18 +138,28 @@ def headline(cells: list[Cell]) -> str | None:
         if zpl is None:
             continue
         others = [f"MeZO's {fmt_ms(*c.stat('test'))}" for c in mine if c.cfg["mechanism"] == "mezo"]
-        dp = sorted((c for c in mine if c.cfg["mechanism"] in DP_MECHANISMS),
-                    key=lambda c: (c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1)))
+        dp = dp_by_epsilon(mine)
         if dp:
-            name = ("DPZero" if dp[0].cfg["mechanism"] in ("dpzero", "dpzero-aggzo1")
-                    else f"DP-AggZO K = {dp[0].cfg.get('num_directions', 1)}")
-            others.append(f"{name} ε = {dp[0].cfg['epsilon']:g}'s {fmt_ms(*dp[0].stat('test'))}")
+            others.append(f"{dp_in_words(dp[0].cfg)}'s {fmt_ms(*dp[0].stat('test'))}")
         parts.append(f"{'LoRA' if track == 'lora' else 'full fine-tuning'}, PAC-ZPL at MI = 0 reaches "
                      f"{fmt_ms(*zpl.stat('test'))}" + (" against " + " and ".join(others) if others else ""))
     if not parts:
         return None
     zero = [fmt_ms(*st["test"]) for _, st in zero_shot_stats(cells)]
     return ("Test accuracy %: " + "; ".join(parts) + (f"; the base model zero-shot: {zero[0]}" if zero else "") + ".")
+
+
+def dp_by_epsilon(cells: list[Cell]) -> list[Cell]:
+    """The DP cells among ``cells``, the strictest ε first (then fewer directions K)."""
+    return sorted((c for c in cells if c.cfg["mechanism"] in DP_MECHANISMS),
+                  key=lambda c: (c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1)))
+
+
+def dp_in_words(cfg: dict) -> str:
+    """A DP cell as a headline names it: ``DPZero ε = 2`` (either DPZero code), ``DP-AggZO K = 4 ε = 2``."""
+    name = ("DPZero" if cfg["mechanism"] in ("dpzero", "dpzero-aggzo1")
+            else f"DP-AggZO K = {cfg.get('num_directions', 1)}")
+    return f"{name} ε = {cfg['epsilon']:g}"
 
 
 def median_step_seconds(run: Run) -> float | None:

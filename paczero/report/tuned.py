@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from paczero.config import DP_MECHANISMS
 from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
-from paczero.report.tables import _comparison_order, markdown_table, zero_shot_stats
+from paczero.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
 TUNED_TABLE = "cpu-tuned"  # the table this layout reports
@@ -113,12 +113,8 @@ def tuned_headline(cells: list[Cell]) -> str | None:
              + ("skipped" if rule == "skip" else "moving the weights (the paper's rule)")
              for rule, c in sorted(zpl.items(), key=lambda kv: kv[0] != "skip")]
     mezo = [c for c in chosen.values() if c.cfg["mechanism"] == "mezo"]
-    dp = sorted((c for c in chosen.values() if c.cfg["mechanism"] in DP_MECHANISMS),
-                key=lambda c: (c.cfg.get("epsilon") or 0.0, c.cfg.get("num_directions", 1)))
     others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
-        [("DPZero" if c.cfg["mechanism"] in ("dpzero", "dpzero-aggzo1") else
-          f"DP-AggZO K = {c.cfg.get('num_directions', 1)}") + f" ε = {c.cfg['epsilon']:g}'s {fmt_ms(*c.stat('test'))}"
-         for c in dp]
+        [f"{dp_in_words(c.cfg)}'s {fmt_ms(*c.stat('test'))}" for c in dp_by_epsilon(list(chosen.values()))]
     zero = [fmt_ms(*st["test"]) for _, st in zero_shot_stats(cells)]
     return ("Test accuracy %, each method at its dev-chosen learning rate: " + "; ".join(parts)
             + (", against " + ", ".join(others) if others else "")
