@@ -14,11 +14,15 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
   (``>= h(m)``, at most 2.9e-11 nats) and the posterior is conditioned on the
   released sign. When the budget cannot pay it, a fair coin is released
   instead (MI 0);
-* disagreement, PAC-MI (Section 3.1): ``y~ = s_{j*} + N(0, sigma^2)`` with
-  ``sigma = calibrate(m, beta_t)``, ``beta_t`` from eq. (adaptive-beta) capped
-  at ``0.999 h(m)``; release ``sgn(y~)``; Bayes update of the posterior on
-  ``y~``; charge ``binary_mi(m, sigma) (1 + CHARGE_MARGIN) <= beta_t``, an upper
-  bound of the true MI;
+* disagreement, PAC-MI (Section 3.1): ``y~ = s_{j*} + gamma X`` with ``X`` an
+  exact discrete Gaussian of scale ``sigma / gamma`` on the public power-of-two
+  grid ``gamma = noise_grid(sigma)`` (:mod:`paczero.exact_noise`: a float
+  ``s + sigma z`` would tell ``s`` by its last bits), ``sigma = calibrate(m,
+  beta_t)``, ``beta_t`` from eq. (adaptive-beta) capped at ``0.999 h(m)``;
+  release ``sgn(y~)``; Bayes update of the posterior on ``y~`` (the lattice
+  channel's likelihood ratio is the Gaussian one, ``exp(2 y~ / sigma^2)``);
+  charge ``discrete_binary_mi(m, sigma, gamma) (1 + CHARGE_MARGIN) <= beta_t``,
+  an upper bound of the MI of the channel that runs;
 * disagreement, PAC-ZPL (Section 3.2, eq. zpl-coin), and PAC-MI without
   budget: a fair coin; MI 0.
 
@@ -46,13 +50,15 @@ given (a run gives it, drawn with the design on a key of its own: :func:`paczero
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..privacy import dp_epsilon_matching_mi, mia_bound
-from ..privacy.binary_channel import CHARGE_MARGIN, calibrate
+from ..exact_noise import MAX_SIGMA, discrete_gaussian, noise_grid
+from ..privacy.binary_channel import CHARGE_MARGIN, calibrate, discrete_binary_mi
 from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator, subset_signs
 from .base import Mechanism, Release
@@ -92,6 +98,19 @@ def _log_side_masses(log_post: np.ndarray, plus: np.ndarray) -> tuple[float, flo
     top = max(log_plus, log_minus)
     log_total = top + math.log1p(math.exp(min(log_plus, log_minus) - top))
     return log_plus - log_total, log_minus - log_total
+
+
+def _noised_value(rng, s_secret: int, sigma: float, grid: float) -> float:
+    """``y~ = grid * (s_{j*} / grid + X)``, ``X`` an exact discrete Gaussian of scale ``sigma / grid``.
+
+    ``1 / grid`` is an integer and ``|s / grid + X| < 2^53``, so ``y~`` is that lattice point exactly:
+    both signs reach every lattice point, and the last bits of ``y~`` say nothing of ``s_{j*}``.
+    """
+    scale = Fraction(sigma) / Fraction(grid)
+    n = s_secret * int(Fraction(1) / Fraction(grid)) + discrete_gaussian(rng, scale * scale)
+    if abs(n) >= 2 ** 53:  # probability below exp(-2^20): never in practice, and refused if it were
+        raise RuntimeError("noised release off the exactly representable range")
+    return math.ldexp(float(n), math.frexp(grid)[1] - 1)
 
 
 def _tolerance_charge(log_m: float) -> float:
@@ -269,11 +288,14 @@ class _PacBase(Mechanism):
             return self._coin(q_plus, agreement)
         h_m = -m * log_m - (1.0 - m) * math.log1p(-m)
         beta = min(beta, ENTROPY_CAP * h_m)
-        sigma, mi = calibrate(m, beta)  # mi (1 + CHARGE_MARGIN) <= beta
-        charge = mi * (1.0 + CHARGE_MARGIN)
-        if not self._pay(charge):
+        sigma, _ = calibrate(m, beta)
+        if sigma > MAX_SIGMA:  # MI below 2^-80: a coin (MI 0) costs less and moves as little
             return self._coin(q_plus, agreement)
-        y = s_secret + sigma * float(self._rng.standard_normal())
+        grid = noise_grid(sigma)
+        charge = discrete_binary_mi(m, sigma, grid) * (1.0 + CHARGE_MARGIN)  # the channel that runs
+        if charge > beta or not self._pay(charge):
+            return self._coin(q_plus, agreement)
+        y = _noised_value(self._rng, s_secret, sigma, grid)
         bit = 1 if y >= 0.0 else -1
         # p[m] <- p[m] N(y; s_m, sigma^2): in log space the s-dependent part is c s_m with
         # c = y / sigma^2; the normalising shift is folded in so each entry is rounded once
@@ -287,7 +309,7 @@ class _PacBase(Mechanism):
         if getattr(self, "noised_coef", "bit") == "posterior-mean":  # E[s_{j*} | transcript]: public
             after_plus, after_minus = _log_side_masses(self._log_post, plus)
             coef = math.exp(after_plus) - math.exp(after_minus)
-        return Release(bit=bit, branch="noised", coef=coef, sigma=sigma, y_tilde=y,
+        return Release(bit=bit, branch="noised", coef=coef, sigma=sigma, y_tilde=y, grid=grid,
                        mi=charge, beta=beta, q_plus=q_plus, agreement=agreement)
 
     def release_many(self, signs_k: ArrayLike) -> list[Release]:
