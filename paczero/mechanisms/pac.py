@@ -533,5 +533,6 @@ class PacMI(_PacBase):
 
     def privacy_statement(self) -> dict[str, Any]:
         out = super().privacy_statement()
-        out.update(schedule=self.schedule, total_steps=self.total_steps, noised_coef=self.noised_coef)
+        out.update(schedule=self.schedule, total_steps=self.total_steps, noised_coef=self.noised_coef,
+                   noise="exact discrete Gaussian on a power-of-two grid (sigma / grid in [2^40, 2^41))")
         return out
