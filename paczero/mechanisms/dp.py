@@ -12,7 +12,7 @@ with Google's dp-accounting (:mod:`paczero.privacy.dp`). Per step:
    in integers), sums, adds an exact discrete Gaussian of scale ``sigma 2^40``
    units and normalises (:mod:`paczero.exact_noise`: a float Gaussian's last bits
    would tell the sum it was added to). The accountants analyse the Gaussian
-   mechanism; the discrete one adds ``discretization_delta`` (about 1e-20) to delta.
+   mechanism; the discrete one adds ``discretization_delta`` (at most about 1e-21) to delta.
 
 The Poisson sample, the discrete Gaussian noise and DP-AggZO's discrete-Laplace-noised
 dataset size are all drawn from the *private* generator

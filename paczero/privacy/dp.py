@@ -188,7 +188,7 @@ def discretization_delta(epsilon: float, noise_multiplier: float, steps: int, nu
     ``< 3 exp(-2 pi^2 s^2)``). Over ``steps`` steps of ``num_directions`` coordinates the two runs
     are within ``T K tau``, so an ``(epsilon, delta)`` guarantee of the accounted mechanism gives
     ``(epsilon, delta + (1 + e^epsilon) T K tau)`` for the one that runs; this returns that
-    addition (about 1e-20 at the paper's settings).
+    addition (1e-26 to 1e-21 at the paper's dp-cliff settings).
     """
     s = check_noise_multiplier(noise_multiplier) * 2.0 ** GRID_BITS
     if s < 2.0 ** 10:
