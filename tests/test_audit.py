@@ -139,7 +139,8 @@ def test_audit_prints_nothing_computed_from_the_secret_unless_asked(mi_run, caps
 
     assert main(["audit", str(mi_run), "--json", "--bootstrap", "20"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed == {**public[0], "runs": printed["runs"]}
+    assert printed == {**public[0], "runs": printed["runs"], "last_bits": printed["last_bits"]}
+    assert printed["last_bits"][str(mi_run)]["decided"] == 0
     assert printed["transcript"]["per_run"][0]["noised_releases"] > 0
     assert main(["audit", str(mi_run), "--bootstrap", "20"]) == 0
     text = capsys.readouterr().out

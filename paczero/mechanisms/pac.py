@@ -50,18 +50,18 @@ given (a run gives it, drawn with the design on a key of its own: :func:`paczero
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ..privacy import dp_epsilon_matching_mi, mia_bound
-from ..exact_noise import MAX_SIGMA, discrete_gaussian, noise_grid
+from ..exact_noise import MAX_SIGMA, noise_grid
 from ..privacy.binary_channel import CHARGE_MARGIN, calibrate, discrete_binary_mi
 from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator, subset_signs
 from .base import Mechanism, Release
+from .pac_arithmetic import _log_side_masses, _noised_value, _tolerance_charge
 
 __all__ = ["PacMI", "PacZPL", "COIN_STEPS", "NOISED_COEFS", "UNANIMITY_TOL", "ENTROPY_CAP"]
 
@@ -80,47 +80,8 @@ _BUDGET_MARGIN = 1e-12
 #: charge adds at most 2 ulps of rounding (it is rounded upwards), so the K releases
 #: of a step (K <= 32) always fit; a charge that does not fit becomes a coin
 _RESERVE_ULPS = 64
-#: smallest charge for tolerance unanimity: ``h(m)`` when ``m (1 - log m)`` underflows
-_MIN_CHARGE = 2.2250738585072014e-308  # smallest normal double
 
 
-def _log_side_masses(log_post: np.ndarray, plus: np.ndarray) -> tuple[float, float]:
-    """Normalised log posterior masses of the +1 and -1 sides (-inf for no mass).
-
-    Each side is a logsumexp over its own entries, so a small side keeps its full
-    relative precision (no ``1 -`` a sum near 1) and no side underflows.
-    """
-    out = []
-    for side in (log_post[plus], log_post[~plus]):
-        mx = float(side.max()) if side.size else -math.inf
-        out.append(mx if mx == -math.inf else mx + math.log(float(np.exp(side - mx).sum())))
-    log_plus, log_minus = out
-    top = max(log_plus, log_minus)
-    log_total = top + math.log1p(math.exp(min(log_plus, log_minus) - top))
-    return log_plus - log_total, log_minus - log_total
-
-
-def _noised_value(rng, s_secret: int, sigma: float, grid: float) -> float:
-    """``y~ = grid * (s_{j*} / grid + X)``, ``X`` an exact discrete Gaussian of scale ``sigma / grid``.
-
-    ``1 / grid`` is an integer and ``|s / grid + X| < 2^53``, so ``y~`` is that lattice point exactly:
-    both signs reach every lattice point, and the last bits of ``y~`` say nothing of ``s_{j*}``.
-    """
-    scale = Fraction(sigma) / Fraction(grid)
-    n = s_secret * int(Fraction(1) / Fraction(grid)) + discrete_gaussian(rng, scale * scale)
-    if abs(n) >= 2 ** 53:  # probability below exp(-2^20): never in practice, and refused if it were
-        raise RuntimeError("noised release off the exactly representable range")
-    return math.ldexp(float(n), math.frexp(grid)[1] - 1)
-
-
-def _tolerance_charge(log_m: float) -> float:
-    """An upper bound of ``h(m)`` from ``log m``: ``m (1 - log m) (1 + CHARGE_MARGIN)``.
-
-    ``h(m) = m (1 - log m) - m^2 / 2 - ... <= m (1 - log m)``; the margin covers the
-    relative error of the mechanism's m. Never below :data:`_MIN_CHARGE`.
-    """
-    log_c = log_m + math.log1p(-log_m) + math.log1p(CHARGE_MARGIN)
-    return max(math.exp(log_c), _MIN_CHARGE)
 SCHEDULES = ("adaptive", "uniform")
 
 
