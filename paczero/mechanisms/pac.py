@@ -424,7 +424,7 @@ class PacZPL(_PacBase):
 class PacMI(_PacBase):
     """PAC-MI (Algorithm 1, Section 3.1, Theorem 1): ``I(S*; Y_{1:T}) <= total_mi``.
 
-    Disagreement steps release ``sgn(s_{j*} + N(0, sigma_t^2))`` with sigma_t
+    Disagreement steps release ``sgn(s_{j*} + gamma X)`` (X discrete Gaussian, scale sigma_t / gamma) with sigma_t
     calibrated by :func:`paczero.privacy.sigma_for_mi` to
     ``beta_t = min(budget rule, 0.999 h(q+))``. Budget rule:
     ``"adaptive"`` -- eq. (adaptive-beta), ``max(0, total - spent) / (T - t + 1)``;

@@ -1,6 +1,7 @@
 """Mutual information of the binary-input Gaussian channel and its inverse.
 
-The release of PAC-MI on a disagreement step is ``Y~ = s_{j*} + N(0, sigma^2)``
+The release of PAC-MI on a disagreement step is ``Y~ = s_{j*} + N(0, sigma^2)`` in the
+paper (paczero draws a discrete Gaussian on a fine lattice: :func:`discrete_binary_mi`)
 where, to the strongest adversary, ``s_{j*}`` is a binary variable
 ``xi in {-1, +1}`` with ``P(xi = +1) = q_plus`` (the posterior-weighted agreement
 probability of Algorithm 1). Its leakage is ``I(xi; xi + N(0, sigma^2))``,
