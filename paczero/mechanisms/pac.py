@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..privacy import dp_epsilon_matching_mi, mia_bound
 from ..exact_noise import MAX_SIGMA, noise_grid
+from ..privacy import dp_epsilon_matching_mi, mia_bound
 from ..privacy.binary_channel import CHARGE_MARGIN, calibrate, discrete_binary_mi
 from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator, subset_signs
@@ -258,7 +258,8 @@ class _PacBase(Mechanism):
             return self._coin(q_plus, agreement)
         y = _noised_value(self._rng, s_secret, sigma, grid)
         bit = 1 if y >= 0.0 else -1
-        # p[m] <- p[m] N(y; s_m, sigma^2): in log space the s-dependent part is c s_m with
+        # p[m] <- p[m] N(y; s_m, sigma^2) (the lattice likelihoods, up to a factor common to all m): in
+        # log space the s-dependent part is c s_m with
         # c = y / sigma^2; the normalising shift is folded in so each entry is rounded once
         c = y / (sigma * sigma)
         moved = self._log_post + c * signs
