@@ -171,10 +171,11 @@ def timeless_events(path: Path) -> Path:
     name without a clock, ``events.out.tfevents.<n>.paczero`` beside it (n: 0, or 1, 2, ... for a resumed
     run's later files); TensorBoard's own names carry the clock time, as do its first events. Returns the
     new file."""
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    events = list(EventFileLoader(str(path)).Load())
+    events = [Event.FromString(record) for record in RawEventFileLoader(str(path)).Load()]
     n = len(list(path.parent.glob("events.out.tfevents.*.paczero")))
     target = path.with_name(f"events.out.tfevents.{n}.paczero")
     with open(target, "wb") as f:
