@@ -18,8 +18,8 @@ import numpy as np
 from paczero.audit import PAC_TRANSCRIPT, _load_config, auc, auc_interval
 from paczero.config import DP_MECHANISMS, ConfigError
 
-__all__ = ["HELDOUT_BOUND", "PRIVATE_FILE", "kept_private", "record_losses", "heldout_attack", "heldout_audit",
-           "format_heldout"]
+__all__ = ["HELDOUT_BOUND", "PRIVATE_FILE", "kept_private", "record_losses", "heldout_attack", "run_heldout_attack",
+           "heldout_audit", "format_heldout"]
 
 #: where a DP run keeps its own measurement (``heldout_attack: true``): U is its private data
 PRIVATE_FILE = "private/heldout_attack.json"
@@ -69,6 +69,26 @@ def heldout_attack(setup, *, bootstrap: int = 1000, seed: int = 0) -> dict[str, 
             "member_loss_mean": float(members.mean()), "heldout_loss_mean": float(heldout.mean()),
             "attack": "loss: -loss of the released model, records of U vs held-out test records of the same file",
             "bounded_by": HELDOUT_BOUND[kind]}
+
+
+def run_heldout_attack(setup, run_dir: Path, log=print, *, private: bool = False) -> dict[str, Any]:
+    """A run's own measurement (config ``heldout_attack``), as summary.json holds it: published where U is public
+    (PAC, references); ``private`` (a DP run, whose U is the private data): kept in ``PRIVATE_FILE`` (0600, in
+    the owner-only ``private/``) and named in summary.json only by where it is, since every statistic of it
+    (the AUC, the count, a mean loss) is a function of U that no DP mechanism released."""
+    import os
+
+    from paczero.checkpoint import private_dir, write_json
+
+    found = heldout_attack(setup)
+    if not private:
+        log(f"train-vs-held-out loss attack: AUC {found['auc']:.3f} ({found['bounded_by']})")
+        return found
+    path = private_dir(run_dir) / Path(PRIVATE_FILE).name
+    write_json(path, found)
+    os.chmod(path, 0o600)
+    log(f"train-vs-held-out loss attack: in {PRIVATE_FILE} (mode 0600), not published: {kept_private()}")
+    return {"file": PRIVATE_FILE, "published": False, "why": kept_private()}
 
 
 def heldout_audit(run_dirs: Sequence[str | Path], *, bootstrap: int = 1000, seed: int = 0) -> dict[str, Any]:

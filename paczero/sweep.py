@@ -220,7 +220,8 @@ class SlurmCell:
                 os.waitid(os.P_PID, self._pid, os.WEXITED | os.WNOWAIT)
             except (ProcessLookupError, ChildProcessError):
                 pass
-        return submitit.helpers.DelayedSubmission(SlurmCell(self.cell, self.dated), run_record(self.cell.run_dir).exists())
+        begun = run_record(self.cell.run_dir).exists()  # in the folder, or in a DP run's private stage
+        return submitit.helpers.DelayedSubmission(SlurmCell(self.cell, self.dated), begun)
 
     def __getstate__(self) -> dict:
         return {"cell": self.cell, "dated": self.dated, "_pid": None}

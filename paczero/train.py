@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -29,8 +28,8 @@ import numpy as np
 from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
                            trainable_state)
 from paczero import resume
-from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, private_dir, run_record,
-                                save_checkpoint, save_weights, set_times, write_json)
+from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
+                                save_weights, set_times)
 from paczero.curves import write_run_curves
 from paczero.config import DP_MECHANISMS, TrainConfig
 from paczero.journal import Journal, check_resumed_config, recorded_data
@@ -399,7 +398,9 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         summary["ood_test"] = evaluate(setup, setup.ood_enc)
         log(f"fine-tuned ood test {_fmt(summary['ood_test'])} ({cfg.ood_data})")
     if cfg.heldout_attack:  # the loss attack on the released weights: U's records vs the held-out test records
-        summary["heldout_attack"] = _heldout(setup, run_dir, log)
+        from paczero.heldout import run_heldout_attack
+
+        summary["heldout_attack"] = run_heldout_attack(setup, run_dir, log, private=_private_batches(cfg))
     if cfg.rungs:  # the ladder: the weights of this one trajectory at each rung (paczero/rungs.py)
         summary["rungs"] = read_rungs(run_dir)
     write_release(setup, run_dir / "model", summary)  # weights, tokenizer, task.json, model card
@@ -409,24 +410,6 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
     log(summary["privacy_text"])
     return summary
-
-
-def _heldout(setup: Setup, run_dir: Path, log) -> dict:
-    """The loss attack's result: published (summary.json) where U is public (PAC, references); for a DP run,
-    whose U is the private data, kept in ``private/heldout_attack.json`` (0600) and named in summary.json
-    only by where it is, since every statistic of it (the AUC, the count, a mean loss) is a function of U
-    that no DP mechanism covered."""
-    from paczero.heldout import PRIVATE_FILE, heldout_attack, kept_private
-
-    found = heldout_attack(setup)
-    if not _private_batches(setup.cfg):
-        log(f"train-vs-held-out loss attack: AUC {found['auc']:.3f} ({found['bounded_by']})")
-        return found
-    path = private_dir(run_dir) / Path(PRIVATE_FILE).name
-    write_json(path, found)
-    os.chmod(path, 0o600)
-    log(f"train-vs-held-out loss attack: in {PRIVATE_FILE} (mode 0600), not published: {kept_private()}")
-    return {"file": PRIVATE_FILE, "published": False, "why": kept_private()}
 
 
 def _in_memory(setup: Setup) -> dict:

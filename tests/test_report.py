@@ -413,7 +413,7 @@ def _cpu_scale_sweep(root: Path, data: Path) -> dict[str, list[float]]:
             records.append({"time": f"2026-01-01T0{seed}:{len(records):02d}:00", "recipe": cell, "seed": seed,
                             "run_dir": rd, "status": "done", "seconds": 120.0 if cell.endswith("zpl") and seed == 0
                             else 150.0 + 20.0 * seed})
-    dp_records = [r for r in records if "dpzero" in r["recipe"]]  # a sweep of its own: a sweep with a DP cell times no cell
+    dp_records = [r for r in records if "dpzero" in r["recipe"]]  # a sweep of its own (one with a DP cell times none)
     (root / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records if r not in dp_records))
     (root / "dp-sweep").mkdir()
     (root / "dp-sweep" / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dp_records))
