@@ -174,6 +174,10 @@ def _add_audit(sub) -> None:
                    help="also score the attacks against the truth (accuracy, AUC, whether j* was found, verdicts): "
                         "computed with the secret j* and the true membership, so the output is PRIVATE and must "
                         "not be published")
+    p.add_argument("--last-bits", action="store_true",
+                   help="only the last-bits attack (Mironov): how many of each run's published noised values only one "
+                        "sign of s_j* can produce exactly (0 with paczero's exact grid noise; also part of the "
+                        "default audit)")
     p.add_argument("--heldout", action="store_true",
                    help="instead: the attack the field measures, on runs of any mechanism: the released model's loss "
                         "on the records of U against the held-out test records of the same file (AUC per run, with "
@@ -321,13 +325,25 @@ def _cmd_audit(ns) -> int:
     if ns.heldout:
         from paczero.heldout import format_heldout, heldout_audit
 
-        if ns.reveal_secret:
-            raise ConfigError("--heldout and --reveal-secret are two audits: run them one at a time")
+        if ns.reveal_secret or ns.last_bits:
+            raise ConfigError("--heldout is an audit of its own: give it without --reveal-secret or --last-bits")
         found = heldout_audit(ns.run_dirs, bootstrap=ns.bootstrap)
         print(json.dumps(found, indent=1) if ns.json else format_heldout(found))
         return 0
+    from paczero.lsb_attack import audit_transcript, format_transcript_audit
+
+    if ns.last_bits and ns.reveal_secret:
+        raise ConfigError("--last-bits reads only published values: it has no secret to reveal")
+    last_bits = {str(run): audit_transcript(run) for run in ns.run_dirs}
+    lines = [f"{run}: {format_transcript_audit(found)}" for run, found in last_bits.items()]
+    if ns.last_bits:
+        print(json.dumps(last_bits, indent=1) if ns.json else "\n".join(lines))
+        return 0
     report = audit(ns.run_dirs, bootstrap=ns.bootstrap, reveal_secret=ns.reveal_secret)
-    print(json.dumps(report, indent=1) if ns.json else format_report(report))
+    if ns.json:
+        print(json.dumps({**report, "last_bits": last_bits}, indent=1))
+    else:
+        print(format_report(report) + "\n\n" + "\n".join(lines))
     return 0
 
 

@@ -8,8 +8,8 @@ comes from a :class:`SecureGenerator`: SHAKE-256 (FIPS 202, Python's
     block_c = SHAKE256("paczero-private-v1" || key || c),   c = 0, 1, 2, ...
 
 with a 256-bit key from the operating system's CSPRNG (:func:`secrets.token_bytes`).
-A noised release publishes ``y~ = s_{j*} + sigma * z`` at full precision; with
-a non-cryptographic generator (PCG64, Mersenne Twister) enough published
+A noised release publishes ``y~ = s_{j*} + gamma * X`` (an exact discrete Gaussian
+integer ``X`` on a public grid ``gamma``); with a non-cryptographic generator (PCG64, Mersenne Twister) enough published
 draws can give the generator's state away, and with it every other draw and
 the secret. Knowing any number of blocks of this stream gives nothing about
 the others short of breaking SHAKE-256.
@@ -20,11 +20,15 @@ from the seed; that is for tests and exact reproduction only, and a run made
 with it says so in its privacy statement.
 
 The methods mirror the part of :class:`numpy.random.Generator` that paczero
-uses (``random``, ``integers``, ``standard_normal``, ``normal``, ``laplace``,
-``permutation``), drawn as follows: uniforms on the 2^-53 grid of [0, 1);
-integers by rejection (unbiased); normals by the inverse CDF of a uniform on
-(0, 1/2) with 63 bits and a random sign (tails to |z| ~ 9.3, beyond which the
-Gaussian has mass 1e-20); Laplace by a random sign times an exponential.
+uses (``random``, ``integers``, ``permutation``), drawn as follows: uniforms on
+the 2^-53 grid of [0, 1); integers by rejection (unbiased); and ``randbelow``, a
+uniform Python integer below any bound, the source of the exact discrete
+Gaussian and Laplace samplers (:mod:`paczero.exact_noise`) that make every
+published noisy value. ``standard_normal``, ``normal`` and ``laplace`` are float
+samplers (normals by the inverse CDF of a uniform on (0, 1/2) with 63 bits and a
+random sign; Laplace by a random sign times an exponential): nothing published
+is drawn with them, since the last bits of their outputs tell which mean
+produced them (tests/test_float_attack.py).
 """
 from __future__ import annotations
 
@@ -93,6 +97,23 @@ class SecureGenerator:
         block = hashlib.shake_256(_DOMAIN + self._key + self._counter.to_bytes(16, "little")).digest(8 * n)
         self._counter += 1
         return np.frombuffer(block, dtype="<u8").astype(np.uint64)
+
+    def randbelow(self, n: int) -> int:
+        """A uniform Python integer in ``[0, n)``, any ``n >= 1`` (rejection on whole bits: unbiased).
+
+        The exact samplers of :mod:`paczero.exact_noise` draw every uniform they need from here.
+        """
+        n = int(n)
+        if n < 1:
+            raise ValueError(f"randbelow needs n >= 1; got {n}")
+        bits = (n - 1).bit_length()
+        nbytes = max((bits + 7) // 8, 1)
+        while True:
+            block = hashlib.shake_256(_DOMAIN + self._key + self._counter.to_bytes(16, "little")).digest(nbytes)
+            self._counter += 1
+            x = int.from_bytes(block, "little") >> (8 * nbytes - bits)
+            if x < n:
+                return x
 
     @staticmethod
     def _count(size) -> tuple[int, tuple[int, ...] | None]:

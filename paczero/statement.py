@@ -40,6 +40,9 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
             f"accountant ({statement.get('epsilon_pld', float('nan')):.4g} by PLD) for {statement.get('steps')} steps "
             f"with Poisson sampling rate {statement.get('sample_rate')} (target epsilon {statement.get('epsilon_target')}). "
             f"Membership-inference success is at most {statement.get('mia_bound', float('nan')):.4f}.")
+        if statement.get("delta_discretization") is not None:
+            lines.append(f"Noise: {statement.get('noise')}, exact; drawing it so adds "
+                         f"{statement['delta_discretization']:.1e} to delta (docs/privacy.md).")
     else:
         bound = statement.get("mi_bound")
         lines.append(
@@ -56,6 +59,9 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
         if bound:
             lines.append(f"For reference only, (epsilon={_num(statement.get('matched_dp_epsilon'), '.4g')}, "
                          f"delta=1e-5)-DP gives the same MIA bound; this is not a DP guarantee.")
+            lines.append("Noised releases: y~ = s_j* + exact discrete Gaussian noise on a public power-of-two grid "
+                         "that both signs lie on, charged the MI of that lattice channel; no last bit of y~ tells the "
+                         "sign (`paczero audit RUN --last-bits`).")
         if statement.get("coin_step") == "skip":
             lines.append("Coin steps did not move the weights (coin_step skip): where the subsets disagreed and no "
                          "noised release was paid for, the step released nothing and the weights stayed; whether a "

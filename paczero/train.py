@@ -469,6 +469,7 @@ def _step_record(step, releases, mechanism, lr, train_loss, seconds, rows) -> di
         "bit": first.bit if len(releases) == 1 else [r.bit for r in releases],
         "coef": first.coef if len(releases) == 1 else [r.coef for r in releases],
         "y_tilde": first.y_tilde if len(releases) == 1 else [r.y_tilde for r in releases],
+        "grid": first.grid if len(releases) == 1 else [r.grid for r in releases],
         "q_plus": _num(first.q_plus),
         "agreement": _num(first.agreement),
         "sigma": first.sigma if len(releases) == 1 else [r.sigma for r in releases],

@@ -139,7 +139,8 @@ def test_audit_prints_nothing_computed_from_the_secret_unless_asked(mi_run, caps
 
     assert main(["audit", str(mi_run), "--json", "--bootstrap", "20"]) == 0
     printed = json.loads(capsys.readouterr().out)
-    assert printed == {**public[0], "runs": printed["runs"]}
+    assert printed == {**public[0], "runs": printed["runs"], "last_bits": printed["last_bits"]}
+    assert printed["last_bits"][str(mi_run)]["decided"] == 0
     assert printed["transcript"]["per_run"][0]["noised_releases"] > 0
     assert main(["audit", str(mi_run), "--bootstrap", "20"]) == 0
     text = capsys.readouterr().out
@@ -160,3 +161,33 @@ def test_audit_refuses_what_it_cannot_audit(tmp_path, capsys):
     assert main(["audit", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("paczero: error:") and "not a paczero run folder" in err and "\n" not in err
+
+
+def test_last_bits_audit_finds_nothing_on_a_run_and_the_leak_on_float_values(mi_run, tmp_path, capsys):
+    """`paczero audit RUN --last-bits` on a fresh PAC-MI run: every noised release on its grid, 0 decided.
+    The same log with each y~ replaced by s_{j*} + sigma * z from the float sampler (what the mechanism
+    published when it drew float noise): the audit decides at least a fifth of them. Red when
+    a release is published off its grid, or when the audit ignores the logged grid."""
+    from paczero.lsb_attack import audit_transcript
+    from paczero.secure_random import SecureGenerator
+
+    assert main(["audit", str(mi_run), "--last-bits", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)[str(mi_run)]
+    assert found["releases"] >= 3 and found["sampler"] == "grid"
+    assert (found["decided"], found["excluded_both"]) == (0, 0)
+
+    rng = SecureGenerator.from_seed(1)
+    floats = tmp_path / "float-run"
+    floats.mkdir()
+    records, n = [], 0
+    for line in (mi_run / "log.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        for _ in range(40 if rec.get("y_tilde") is not None else 1):  # enough noised values to decide some
+            if rec.get("y_tilde") is not None:
+                rec = {**rec, "y_tilde": 1 + rec["sigma"] * float(rng.standard_normal()), "grid": 0.0}
+                n += 1
+            records.append(json.dumps(rec))
+    (floats / "log.jsonl").write_text("\n".join(records) + "\n")
+    leak = audit_transcript(floats)
+    assert leak["releases"] == n and leak["sampler"] == "float"
+    assert leak["decided"] >= 0.2 * n and leak["excluded_both"] == 0

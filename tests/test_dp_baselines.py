@@ -21,8 +21,10 @@ def _reference_epsilon(sigma, q, steps, delta, accountant, laplace_scale=None, p
     event = dp_event.SelfComposedDpEvent(
         dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps
     )
-    if laplace_scale is not None:
-        event = dp_event.ComposedDpEvent([dp_event.LaplaceDpEvent(laplace_scale), event])
+    if laplace_scale is not None:  # the count's discrete Laplace: a = 1/b, exact (PLD) or a^2/2-zCDP (RDP)
+        a = math.nextafter(1.0 / laplace_scale, math.inf)
+        count = dp_event.DiscreteLaplaceDpEvent(a, 1) if accountant == "pld" else dp_event.ZCDpEvent(a * a / 2)
+        event = dp_event.ComposedDpEvent([count, event])
     if accountant == "rdp":
         acc = rdp_privacy_accountant.RdpAccountant()
     else:
@@ -374,13 +376,13 @@ def test_dpzero_aggzo1_releases_what_dp_aggzo_releases_at_k_1():
     noisy sum over q * (N + Lap(b))), and differs from DPZero's public normaliser. Red if the K = 1 variant
     normalised by q * n_train or clipped otherwise."""
     n, q, clip = 300, 0.2, 25.0
-    ours, theirs = DPZeroAggZO1(n, 1.0, DELTA, 10, q, clip, seed=8), DPAggZO(n, 1.0, DELTA, 10, q, clip, 1, seed=8)
+    ours, theirs = DPZeroAggZO1(n, 1.0, DELTA, 10, q, clip, seed=9), DPAggZO(n, 1.0, DELTA, 10, q, clip, 1, seed=9)
     b = ours.batch_indices(n).size
     assert theirs.batch_indices(n).size == b
     scalars = np.resize([100.0, -30.0, 3.0], b)[None, :]
     a, r = ours.step(scalars)[0], theirs.step(scalars)[0]
     assert (a.coef, a.sigma) == (r.coef, r.sigma)
-    quiet = DPZeroAggZO1(n, 1.0, DELTA, 10, q, clip, seed=8)
+    quiet = DPZeroAggZO1(n, 1.0, DELTA, 10, q, clip, seed=9)
     quiet.noise_multiplier = 1e-300  # no noise: the clipped sum over the noisy expected batch size remains
     quiet.batch_indices(n)
     expected = np.clip(scalars, -clip, clip).sum() / (q * quiet.noisy_num_examples)

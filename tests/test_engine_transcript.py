@@ -20,8 +20,8 @@ What is compared exactly and what to a tolerance:
   environment are identical bit for bit (``test_a_run_is_bit_identical_when_repeated``);
 * to a stated relative tolerance across environments, because a library owns the last digits:
   ``FLOAT64_RTOL`` for values that go through scipy/numpy/dp-accounting transcendental functions
-  (PAC-MI's σ, β, charges, posterior q⁺ and ỹ = s + σ·(−ndtri(u)), the MIA bound, RDP ε): a new scipy
-  moved ``ndtri`` by one ulp; ``FORWARD_RTOL`` for values computed from float32 forwards through a
+  (PAC-MI's σ, β, charges, posterior q⁺ and ỹ = s + γ·X, whose discrete Gaussian X has the scale σ/γ, the
+  MIA bound, RDP ε): a new scipy can move them by an ulp; ``FORWARD_RTOL`` for values computed from float32 forwards through a
   finite difference (DP coefficients, the weights' change of a DP run, the train loss): another
   CPU kernel or transformers release reorders float32 sums, and the difference
   (f(θ+μz) − f(θ−μz)) / 2μ at μ = 1e-2 magnifies that rounding about 100×, step after step.

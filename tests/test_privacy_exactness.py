@@ -336,10 +336,11 @@ def test_tolerance_unanimity_without_budget_is_a_coin():
 
 
 def test_tiny_budgets_over_many_steps_stay_within_budget():
-    """Budgets 1e-10 .. 1e-300 over 300 steps, K = 3: exact sum of charges <= mi_spent <= budget.
+    """Budgets 1e-10 .. 1e-20 over 300 steps, K = 3: exact sum of charges <= mi_spent <= budget.
     Red when a charge is added to mi_spent without rounding upwards (the float sum falls
-    below the exact sum) or without checking it against the budget."""
-    for total in (1e-10, 3e-10, 1e-300):
+    below the exact sum) or without checking it against the budget. (A budget whose
+    noise scale would exceed ``MAX_SIGMA`` releases coins: next test.)"""
+    for total in (1e-10, 3e-10, 1e-20):
         mech = PacMI(4, total, 300, secret=1, seed=5)
         rng = np.random.default_rng(0)
         charges = []
@@ -349,6 +350,14 @@ def test_tiny_budgets_over_many_steps_stay_within_budget():
             charges += [r.mi for r in mech.release_many(rows)]
         assert math.fsum(charges) <= mech.mi_spent <= total
         assert mech.mi_spent >= 0.99 * total  # and the budget is used
+
+
+def test_a_budget_too_small_for_the_grid_releases_coins():
+    """A per-release budget whose sigma would exceed MAX_SIGMA = 2^40 (MI < 2^-80 nats) gives fair
+    coins, charged nothing. Red when such a sigma reaches the grid sampler (noise_grid raises)."""
+    mech = PacMI(4, 1e-300, 300, secret=1, seed=5)
+    rels = mech.release_many(np.array([[1, -1, 1, -1]] * 3))
+    assert [r.branch for r in rels] == ["coin"] * 3 and mech.mi_spent == 0.0
 
 
 def test_pac_zpl_sees_only_exact_unanimity():

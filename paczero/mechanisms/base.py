@@ -35,7 +35,8 @@ class Release:
     engine multiplies the direction by in the update
     ``theta <- theta - lr * coef * z``; it equals ``bit`` for PAC mechanisms.
     ``y_tilde`` is the real-valued noised release of the PAC-MI branch (public:
-    the transcript adversary sees it). ``mi`` is the mutual information charged
+    the transcript adversary sees it), an exact multiple of the public ``grid``
+    (0 where nothing is drawn on a grid). ``mi`` is the mutual information charged
     for this release in nats; ``beta`` the budget targeted; ``q_plus`` the
     posterior-weighted agreement probability (NaN where it has no meaning);
     ``agreement`` the unweighted fraction of candidate subsets whose sign is +1.
@@ -46,6 +47,7 @@ class Release:
     coef: float
     sigma: float = 0.0
     y_tilde: float | None = None
+    grid: float = 0.0
     mi: float = 0.0
     beta: float = 0.0
     q_plus: float = math.nan
@@ -59,6 +61,7 @@ class Release:
             "coef": self.coef,
             "sigma": self.sigma,
             "y_tilde": self.y_tilde,
+            "grid": self.grid,
             "mi": self.mi,
             "beta": self.beta,
             "q_plus": self.q_plus,

@@ -7,11 +7,15 @@ with Google's dp-accounting (:mod:`paczero.privacy.dp`). Per step:
    universe joins independently with probability ``q`` (an empty batch is
    possible and is still a step: the engine must call ``step`` with a [K, 0]
    array, and the release is pure noise);
-2. ``step(scalars)`` clips each example's contribution to norm ``C``, sums,
-   adds Gaussian noise of std ``sigma * C`` and normalises.
+2. ``step(scalars)`` clips each example's contribution to norm ``C``, rounds it
+   to integer units of ``C 2^-40`` (L2 norm still at most ``2^40`` units, checked
+   in integers), sums, adds an exact discrete Gaussian of scale ``sigma 2^40``
+   units and normalises (:mod:`paczero.exact_noise`: a float Gaussian's last bits
+   would tell the sum it was added to). The accountants analyse the Gaussian
+   mechanism; the discrete one adds ``discretization_delta`` (at most about 1e-21) to delta.
 
-The Poisson sample, the Gaussian noise and DP-AggZO's Laplace-noised dataset
-size are all drawn from the *private* generator
+The Poisson sample, the discrete Gaussian noise and DP-AggZO's discrete-Laplace-noised
+dataset size are all drawn from the *private* generator
 (:func:`paczero.subsets.private_generator`), never from the public perturbation
 seed: the public DPZero and DP-AggZO code draw the noise from the generator they
 just seeded with the public direction seed, so anyone holding the transcript can
@@ -29,10 +33,12 @@ from __future__ import annotations
 from abc import abstractmethod
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from paczero.exact_noise import GRID_BITS, discrete_gaussian, discrete_laplace
 from paczero.mechanisms.base import Mechanism, Release
 from paczero.privacy import dp as dp_privacy
 from paczero.secure_random import generator_from_state, generator_state
@@ -77,6 +83,35 @@ def clip_rows(vectors: np.ndarray, clip: float) -> np.ndarray:
     scale = np.ones_like(norms)
     np.divide(clip, norms, out=scale, where=norms > clip)
     return vectors * scale
+
+
+#: one clipped contribution spans at most this many grid units (L2 norm), exactly
+UNIT = 2 ** GRID_BITS
+
+
+def grid_rows(clipped: np.ndarray, clip: float) -> list[list[int]]:
+    """Clipped ``[B, K]`` rows as integer vectors in units of ``clip / 2^GRID_BITS``, each of L2 norm
+    ``<= 2^GRID_BITS`` exactly (checked in integers; a row the rounding pushed over is scaled back
+    toward zero), so the sum's L2 sensitivity is ``2^GRID_BITS`` units under add-or-remove-one."""
+    units = np.rint(clipped * (UNIT / clip))
+    out = []
+    limit = UNIT * UNIT
+    for row in units:
+        ints = [int(v) for v in row]
+        norm2 = sum(v * v for v in ints)
+        if norm2 > limit:
+            root = math.isqrt(norm2 - 1) + 1  # ceil(sqrt(norm2)) >= the norm
+            ints = [(v * UNIT) // root if v >= 0 else -((-v * UNIT) // root) for v in ints]
+        out.append(ints)
+    return out
+
+
+def noisy_grid_sum(rng, rows: list[list[int]], k: int, noise_multiplier: float) -> list[int]:
+    """The K coordinate sums of integer rows plus exact discrete Gaussian noise of scale
+    ``noise_multiplier * 2^GRID_BITS`` units (:func:`paczero.exact_noise.discrete_gaussian`)."""
+    sums = [sum(row[i] for row in rows) for i in range(k)]
+    scale = Fraction(noise_multiplier) * UNIT
+    return [s + discrete_gaussian(rng, scale * scale) for s in sums]
 
 
 class _PoissonGaussianMechanism(Mechanism):
@@ -255,14 +290,18 @@ class _PoissonGaussianMechanism(Mechanism):
             "planned_steps": self.total_steps,
             "mia_bound": _mia_bound(self.epsilon, self.delta),
             "adjacency": "add-or-remove-one",
+            "noise": f"exact discrete Gaussian on the clip * 2^-{GRID_BITS} grid",
+            "delta_discretization": dp_privacy.discretization_delta(
+                self.epsilon, self.noise_multiplier, self.total_steps, self.num_directions),
         }
 
 
 class DPZero(_PoissonGaussianMechanism):
     """DPZero (Zhang et al. 2024), K = 1.
 
-    Per step: clip each sampled example's two-point scalar into [-C, C], sum,
-    add N(0, sigma^2 C^2), divide by the expected batch size q * N. The result
+    Per step: clip each sampled example's two-point scalar into [-C, C], sum on
+    the grid, add discrete Gaussian noise of scale sigma C, divide by the expected
+    batch size q * N. The result
     is released as ``coef`` (the engine does theta <- theta - lr * coef * z).
     sigma is calibrated with dp-accounting so that T Poisson-subsampled
     Gaussian steps are (epsilon, delta)-DP under ``accountant``.
@@ -313,22 +352,23 @@ class DPZero(_PoissonGaussianMechanism):
 
     def step(self, scalars: np.ndarray) -> list[Release]:
         scalars = self._check_scalars(scalars)
-        total = float(clip_scalars(scalars[0], self.clip).sum())
-        noise_std = self.noise_multiplier * self.clip
-        noisy = total + float(self._rng.normal(0.0, noise_std))
+        rows = grid_rows(clip_scalars(scalars[0], self.clip)[:, None], self.clip)
+        noisy = noisy_grid_sum(self._rng, rows, 1, self.noise_multiplier)[0]
         denominator = self._denominator()
         self._finish_step()
-        return [Release(bit=0, branch="dp", coef=noisy / denominator, sigma=noise_std / denominator, mi=0.0)]
+        coef = math.ldexp(float(noisy), -GRID_BITS) * self.clip / denominator  # public arithmetic on an integer
+        return [Release(bit=0, branch="dp", coef=coef, sigma=self.noise_multiplier * self.clip / denominator,
+                        mi=0.0)]
 
 
 class DPAggZO(_PoissonGaussianMechanism):
     """DP-AggZO (Bao et al. 2025): K directions aggregated per example.
 
     Per step: each sampled example's K-vector of two-point scalars is divided
-    by K and L2-clipped to C; the clipped vectors are summed, N(0, sigma^2 C^2)
-    is added per coordinate, and the sum is divided by the noisy expected batch
-    size q * (N + Lap(b)), with the Laplace noise drawn once at construction
-    (clamped below at N = 1, post-processing). That gives g_k; DP-AggZO updates
+    by K and L2-clipped to C; the clipped vectors are summed on the grid, discrete
+    Gaussian noise of scale sigma C is added per coordinate, and the sum is divided
+    by the noisy expected batch size q * (N + X), X discrete Laplace of scale b drawn
+    once at construction (clamped below at N = 1, post-processing). That gives g_k; DP-AggZO updates
     theta -= lr * sum_k g_k z_k, so with the engine's
     theta <- theta - (lr / K) * sum_k coef_k z_k we release coef_k = K * g_k.
 
@@ -358,7 +398,8 @@ class DPAggZO(_PoissonGaussianMechanism):
         super().__init__(
             num_examples, epsilon, delta, steps, sample_rate, clip, num_directions, accountant, seed
         )
-        self.noisy_num_examples = self.num_examples + float(self._rng.laplace(0.0, self.laplace_scale))
+        # an integer: the count plus exact discrete Laplace noise of scale b (no float bits to read)
+        self.noisy_num_examples = float(self.num_examples + discrete_laplace(self._rng, self.laplace_scale))
 
     def _calibrate(self) -> float:
         calibration = dp_privacy.calibrate_dp_aggzo(
@@ -378,13 +419,13 @@ class DPAggZO(_PoissonGaussianMechanism):
     def step(self, scalars: np.ndarray) -> list[Release]:
         scalars = self._check_scalars(scalars)
         k = self.num_directions
-        clipped = clip_rows(scalars.T / k, self.clip)  # [B, K]
-        noise_std = self.noise_multiplier * self.clip
-        noisy = clipped.sum(axis=0) + self._rng.normal(0.0, noise_std, size=k)
-        g = noisy / self._denominator()
-        coef_sigma = k * noise_std / self._denominator()
+        rows = grid_rows(clip_rows(scalars.T / k, self.clip), self.clip)  # [B, K] integer units
+        noisy = noisy_grid_sum(self._rng, rows, k, self.noise_multiplier)
+        denominator = self._denominator()
+        coef_sigma = k * self.noise_multiplier * self.clip / denominator
         self._finish_step()
-        return [Release(bit=0, branch="dp", coef=float(k * g_k), sigma=coef_sigma, mi=0.0) for g_k in g]
+        return [Release(bit=0, branch="dp", coef=k * (math.ldexp(float(n), -GRID_BITS) * self.clip) / denominator,
+                        sigma=coef_sigma, mi=0.0) for n in noisy]
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -14,11 +14,15 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
   (``>= h(m)``, at most 2.9e-11 nats) and the posterior is conditioned on the
   released sign. When the budget cannot pay it, a fair coin is released
   instead (MI 0);
-* disagreement, PAC-MI (Section 3.1): ``y~ = s_{j*} + N(0, sigma^2)`` with
-  ``sigma = calibrate(m, beta_t)``, ``beta_t`` from eq. (adaptive-beta) capped
-  at ``0.999 h(m)``; release ``sgn(y~)``; Bayes update of the posterior on
-  ``y~``; charge ``binary_mi(m, sigma) (1 + CHARGE_MARGIN) <= beta_t``, an upper
-  bound of the true MI;
+* disagreement, PAC-MI (Section 3.1): ``y~ = s_{j*} + gamma X`` with ``X`` an
+  exact discrete Gaussian of scale ``sigma / gamma`` on the public power-of-two
+  grid ``gamma = noise_grid(sigma)`` (:mod:`paczero.exact_noise`: a float
+  ``s + sigma z`` would tell ``s`` by its last bits), ``sigma = calibrate(m,
+  beta_t)``, ``beta_t`` from eq. (adaptive-beta) capped at ``0.999 h(m)``;
+  release ``sgn(y~)``; Bayes update of the posterior on ``y~`` (the lattice
+  channel's likelihood ratio is the Gaussian one, ``exp(2 y~ / sigma^2)``);
+  charge ``discrete_binary_mi(m, sigma, gamma) (1 + CHARGE_MARGIN) <= beta_t``,
+  an upper bound of the MI of the channel that runs;
 * disagreement, PAC-ZPL (Section 3.2, eq. zpl-coin), and PAC-MI without
   budget: a fair coin; MI 0.
 
@@ -51,11 +55,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from ..exact_noise import MAX_SIGMA, noise_grid
 from ..privacy import dp_epsilon_matching_mi, mia_bound
-from ..privacy.binary_channel import CHARGE_MARGIN, calibrate
+from ..privacy.binary_channel import CHARGE_MARGIN, calibrate, discrete_binary_mi
 from ..secure_random import generator_from_state, generator_state
 from ..subsets import SeedLike, check_design, private_generator, subset_signs
 from .base import Mechanism, Release
+from .pac_arithmetic import _log_side_masses, _noised_value, _tolerance_charge
 
 __all__ = ["PacMI", "PacZPL", "COIN_STEPS", "NOISED_COEFS", "UNANIMITY_TOL", "ENTROPY_CAP"]
 
@@ -74,34 +80,8 @@ _BUDGET_MARGIN = 1e-12
 #: charge adds at most 2 ulps of rounding (it is rounded upwards), so the K releases
 #: of a step (K <= 32) always fit; a charge that does not fit becomes a coin
 _RESERVE_ULPS = 64
-#: smallest charge for tolerance unanimity: ``h(m)`` when ``m (1 - log m)`` underflows
-_MIN_CHARGE = 2.2250738585072014e-308  # smallest normal double
 
 
-def _log_side_masses(log_post: np.ndarray, plus: np.ndarray) -> tuple[float, float]:
-    """Normalised log posterior masses of the +1 and -1 sides (-inf for no mass).
-
-    Each side is a logsumexp over its own entries, so a small side keeps its full
-    relative precision (no ``1 -`` a sum near 1) and no side underflows.
-    """
-    out = []
-    for side in (log_post[plus], log_post[~plus]):
-        mx = float(side.max()) if side.size else -math.inf
-        out.append(mx if mx == -math.inf else mx + math.log(float(np.exp(side - mx).sum())))
-    log_plus, log_minus = out
-    top = max(log_plus, log_minus)
-    log_total = top + math.log1p(math.exp(min(log_plus, log_minus) - top))
-    return log_plus - log_total, log_minus - log_total
-
-
-def _tolerance_charge(log_m: float) -> float:
-    """An upper bound of ``h(m)`` from ``log m``: ``m (1 - log m) (1 + CHARGE_MARGIN)``.
-
-    ``h(m) = m (1 - log m) - m^2 / 2 - ... <= m (1 - log m)``; the margin covers the
-    relative error of the mechanism's m. Never below :data:`_MIN_CHARGE`.
-    """
-    log_c = log_m + math.log1p(-log_m) + math.log1p(CHARGE_MARGIN)
-    return max(math.exp(log_c), _MIN_CHARGE)
 SCHEDULES = ("adaptive", "uniform")
 
 
@@ -269,13 +249,17 @@ class _PacBase(Mechanism):
             return self._coin(q_plus, agreement)
         h_m = -m * log_m - (1.0 - m) * math.log1p(-m)
         beta = min(beta, ENTROPY_CAP * h_m)
-        sigma, mi = calibrate(m, beta)  # mi (1 + CHARGE_MARGIN) <= beta
-        charge = mi * (1.0 + CHARGE_MARGIN)
-        if not self._pay(charge):
+        sigma, _ = calibrate(m, beta)
+        if sigma > MAX_SIGMA:  # MI below 2^-80: a coin (MI 0) costs less and moves as little
             return self._coin(q_plus, agreement)
-        y = s_secret + sigma * float(self._rng.standard_normal())
+        grid = noise_grid(sigma)
+        charge = discrete_binary_mi(m, sigma, grid) * (1.0 + CHARGE_MARGIN)  # the channel that runs
+        if charge > beta or not self._pay(charge):
+            return self._coin(q_plus, agreement)
+        y = _noised_value(self._rng, s_secret, sigma, grid)
         bit = 1 if y >= 0.0 else -1
-        # p[m] <- p[m] N(y; s_m, sigma^2): in log space the s-dependent part is c s_m with
+        # p[m] <- p[m] N(y; s_m, sigma^2) (the lattice likelihoods, up to a factor common to all m): in
+        # log space the s-dependent part is c s_m with
         # c = y / sigma^2; the normalising shift is folded in so each entry is rounded once
         c = y / (sigma * sigma)
         moved = self._log_post + c * signs
@@ -287,7 +271,7 @@ class _PacBase(Mechanism):
         if getattr(self, "noised_coef", "bit") == "posterior-mean":  # E[s_{j*} | transcript]: public
             after_plus, after_minus = _log_side_masses(self._log_post, plus)
             coef = math.exp(after_plus) - math.exp(after_minus)
-        return Release(bit=bit, branch="noised", coef=coef, sigma=sigma, y_tilde=y,
+        return Release(bit=bit, branch="noised", coef=coef, sigma=sigma, y_tilde=y, grid=grid,
                        mi=charge, beta=beta, q_plus=q_plus, agreement=agreement)
 
     def release_many(self, signs_k: ArrayLike) -> list[Release]:
@@ -441,7 +425,7 @@ class PacZPL(_PacBase):
 class PacMI(_PacBase):
     """PAC-MI (Algorithm 1, Section 3.1, Theorem 1): ``I(S*; Y_{1:T}) <= total_mi``.
 
-    Disagreement steps release ``sgn(s_{j*} + N(0, sigma_t^2))`` with sigma_t
+    Disagreement steps release ``sgn(s_{j*} + gamma X)`` (X discrete Gaussian, scale sigma_t / gamma) with sigma_t
     calibrated by :func:`paczero.privacy.sigma_for_mi` to
     ``beta_t = min(budget rule, 0.999 h(q+))``. Budget rule:
     ``"adaptive"`` -- eq. (adaptive-beta), ``max(0, total - spent) / (T - t + 1)``;
@@ -511,5 +495,6 @@ class PacMI(_PacBase):
 
     def privacy_statement(self) -> dict[str, Any]:
         out = super().privacy_statement()
-        out.update(schedule=self.schedule, total_steps=self.total_steps, noised_coef=self.noised_coef)
+        out.update(schedule=self.schedule, total_steps=self.total_steps, noised_coef=self.noised_coef,
+                   noise="exact discrete Gaussian on a power-of-two grid (sigma / grid in [2^40, 2^41))")
         return out
