@@ -9,6 +9,8 @@ A run directory holds::
       journal.jsonl     mode 0600: each step's record and the mechanism's state after it, written
                         before the record reaches log.jsonl (paczero.journal: a logged step is final);
                         every number fixed-width, so its size says nothing of j*
+      stage/            a DP run's folder until the run ends: every file below is written here first and
+                        published once, at the end, as fresh copies (paczero.publish)
     evals.jsonl         one record per evaluation
     checkpoints/step-NNNNNN/   (checkpoints/ mode 0700)
         weights.safetensors   trainable parameters only (LoRA: the adapters)
@@ -50,6 +52,8 @@ MARKER = "paczero-run"
 KEEP = 2
 #: every name a run writes in its folder (docs/outputs.md), besides its lock: what ``--overwrite`` deletes
 PRIVATE_DIR = "private"
+#: where a DP run writes until it ends (paczero.publish): inside ``private/``, so no one else sees it grow
+STAGE_DIR = f"{PRIVATE_DIR}/stage"
 RUN_FILES = ("run.json", "log.jsonl", PRIVATE_DIR, "journal.jsonl", "evals.jsonl", "checkpoints", "best", "selected.safetensors",
              "model", "summary.json", "rungs", "rungs.jsonl", "curves.png", "tensorboard", "wandb")
 _log = logging.getLogger(__name__)
@@ -145,12 +149,17 @@ def save_weights(path: Path, tensors: dict) -> None:
     os.replace(tmp, path)
 
 
-def set_times_to_start(run_dir: Path) -> None:
-    """Give every file and folder of the run the time of its ``run.json`` (written at the start), so that no
-    file time says how long the run took (a DP run's length grows with its private batches)."""
-    start = (Path(run_dir) / "run.json").stat().st_mtime
+def set_times(run_dir: Path, when: float) -> None:
+    """Give every file and folder of the run (the folder itself included) the access and modification time
+    ``when``; each one's change time becomes now (paczero.publish)."""
     for path in [Path(run_dir), *Path(run_dir).rglob("*")]:
-        os.utime(path, (start, start), follow_symlinks=False)
+        os.utime(path, (when, when), follow_symlinks=False)
+
+
+def run_record(run_dir: Path) -> Path:
+    """The run's ``run.json``: in the folder, or in the private stage of a DP run that has not ended."""
+    staged = Path(run_dir) / STAGE_DIR / "run.json"
+    return staged if staged.exists() else Path(run_dir) / "run.json"
 
 
 def private_dir(run_dir: Path) -> Path:
@@ -335,7 +344,7 @@ def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool,
                      reads: dict[str, str | None]) -> tuple[Path, RunLock]:
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"output path {out_dir!r} is a file")
-    is_run = (path / "run.json").exists()
+    is_run = run_record(path).exists()
     if resume:
         if not is_run:
             raise CheckpointError(f"cannot resume: {out_dir!r} holds no paczero run")
@@ -347,7 +356,7 @@ def _prepare_run_dir(path: Path, out_dir: str, *, overwrite: bool, resume: bool,
         if not is_run:
             raise CheckpointError(f"refusing to overwrite {out_dir!r}: it is not a paczero run folder")
         try:
-            marker = json.loads((path / "run.json").read_text()).get("marker")
+            marker = json.loads(run_record(path).read_text()).get("marker")
         except (OSError, ValueError):
             marker = None
         if marker != MARKER:

@@ -53,8 +53,9 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
             f"Privacy (PAC Privacy, {mech}): guaranteed I(S*; transcript) <= {_num(bound, '.6g')} nats "
             + ("(no noised release: the transcript carries no information about the secret; Theorem 2)" if bound == 0.0
                else "(the MI budget; Theorem 1)")
-            + f" over {statement.get('steps')} steps; so the informed adversary's membership-inference success is "
-            f"at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5).")
+            + f" over {statement.get('steps')} steps; so the informed adversary's membership-inference success, for "
+            f"the membership of a record of U in S*, given U (U: the training universe; S*: the candidate subset that "
+            f"trained the model), is at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5).")
         if bound:
             lines.append(f"For reference only, (epsilon={_num(statement.get('matched_dp_epsilon'), '.4g')}, "
                          f"delta=1e-5)-DP gives the same MIA bound; this is not a DP guarantee.")
@@ -67,6 +68,10 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
                          "step is such a step is public, so this changes no bound above"
                          + (", and the released model is a function of public inputs alone, with no assumption "
                             "about the private generator." if not bound else "."))
+            lines.append("So the model is a function of all of U: each step that moves it moves it along a sign that "
+                         "every candidate subset shares (or a noised release), computed from every record of U. "
+                         "Nothing above bounds an attack that tells U's records from records outside U (the "
+                         "train-vs-held-out loss attack, `heldout_attack`): U itself is not protected.")
         if statement.get("mi_spent") is not None:
             lines.append(
                 f"Realised MI spend of this run: {statement['mi_spent']:.6g} nats, the sum of its per-release MI "
@@ -100,5 +105,6 @@ def guarantee_summary(statement: dict[str, Any]) -> str:
     if statement.get("epsilon_target") is not None:
         return (f"({statement['epsilon_target']:.4g}, {statement.get('delta')})-DP; membership-inference success "
                 f"at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5).")
-    return (f"membership-inference success at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5), from "
-            f"I(S*; transcript) <= {_num(statement.get('mi_bound'), '.6g')} nats (PAC Privacy).")
+    return (f"membership-inference success at most {_num(statement.get('mia_bound'), '.4f')} (prior 0.5) for the "
+            f"membership of a record of U in S*, given U (U: the training universe; S*: the candidate subset that "
+            f"trained it), from I(S*; transcript) <= {_num(statement.get('mi_bound'), '.6g')} nats (PAC Privacy).")

@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import yaml
 
-from paczero.checkpoint import RunLock
+from paczero.checkpoint import RunLock, run_record
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
 from paczero.slurm import check_slurm, queued_jobs, submitit_module
 from paczero.stop import on_stop_signals
@@ -75,7 +75,7 @@ class Cell:
             return "done"
         if RunLock.held(self.run_dir):
             return "running"
-        if (self.run_dir / "run.json").exists():
+        if run_record(self.run_dir).exists():  # in the folder, or in a DP run's private stage
             return "killed"
         return "new"
 
@@ -185,10 +185,12 @@ def _child_env(gpu: str | None) -> dict[str, str]:
     return env
 
 
-def _start(cmd: list[str], log_path: str, gpu: str | None = None) -> subprocess.Popen:
-    """The cell's process, detached from the terminal's process group: a Ctrl-C reaches it once, forwarded by the sweep."""
+def _start(cmd: list[str], log_path: str, gpu: str | None = None, dated: bool = True) -> subprocess.Popen:
+    """The cell's process, detached from the terminal's process group: a Ctrl-C reaches it once, forwarded by the
+    sweep. The log's header line holds the command, and the clock time unless ``dated`` is false (a sweep with a
+    DP cell: the next cell's start would end the DP cell's time)."""
     with open(log_path, "a") as log:
-        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S')} $ {' '.join(cmd)}\n")
+        log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S') + ' ' if dated else ''}$ {' '.join(cmd)}\n")
         log.flush()
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env(gpu), start_new_session=True)
 
@@ -200,12 +202,12 @@ class SlurmCell:
     writes a checkpoint, and :meth:`checkpoint` (submitit's requeue protocol) waits for that and has the
     job requeued to continue with ``--resume``, up to ``--max-requeues`` time limits."""
 
-    def __init__(self, cell: Cell):
-        self.cell = cell
+    def __init__(self, cell: Cell, dated: bool = True):
+        self.cell, self.dated = cell, dated
         self._pid: int | None = None
 
     def __call__(self, resume: bool) -> int:
-        with _start(train_command(self.cell, resume=resume), str(self.cell.log_path)) as proc:
+        with _start(train_command(self.cell, resume=resume), str(self.cell.log_path), dated=self.dated) as proc:
             self._pid = proc.pid
             return proc.wait()
 
@@ -218,10 +220,11 @@ class SlurmCell:
                 os.waitid(os.P_PID, self._pid, os.WEXITED | os.WNOWAIT)
             except (ProcessLookupError, ChildProcessError):
                 pass
-        return submitit.helpers.DelayedSubmission(SlurmCell(self.cell), (self.cell.run_dir / "run.json").exists())
+        begun = run_record(self.cell.run_dir).exists()  # in the folder, or in a DP run's private stage
+        return submitit.helpers.DelayedSubmission(SlurmCell(self.cell, self.dated), begun)
 
     def __getstate__(self) -> dict:
-        return {"cell": self.cell, "_pid": None}
+        return {"cell": self.cell, "dated": self.dated, "_pid": None}
 
 
 def visible_gpus(spec: str | None) -> list[str] | None:
@@ -250,7 +253,8 @@ class _Journal:
     A cell's record carries no clock time: a DP baseline's run time depends on its private Poisson
     batches, and the times of its neighbours' records would bracket it. Only the sweep's own start and
     end are timed (``{"sweep": "start" | "end", "time": ...}``), and ``seconds`` (a cell's duration)
-    only for cells whose duration is public (``private_time`` False)."""
+    only in a sweep without DP cells (``private_time`` False): with the sweep's span, the other cells'
+    durations would give a DP cell's."""
 
     def __init__(self, path: Path, echo: Callable[[str], None]):
         self.path, self.echo, self.lock = path, echo, threading.Lock()
@@ -297,7 +301,7 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     journal.mark("start")
     todo, results, private_time = _triage(cells, overrides, journal, queued)
     if slurm is not None:
-        return results + _submit_slurm(todo, slurm, journal)
+        return results + _submit_slurm(todo, slurm, journal, dated=not private_time)
     results += _run_local(todo, visible_gpus(gpus) or [None], journal, private_time)
     return results
 
@@ -370,7 +374,7 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
                 return
             journal.write(cell, "started", resumed=resume, gpu=gpu, config=str(cell.config_path), log=str(cell.log_path))
             t0 = time.time()
-            with _start(train_command(cell, resume=resume), str(cell.log_path), gpu) as proc:
+            with _start(train_command(cell, resume=resume), str(cell.log_path), gpu, dated=not private_time) as proc:
                 with lock:  # one SIGINT per stop, whether it came before or after this cell started
                     running[str(gpu)] = proc
                     if stopping.is_set():
@@ -378,7 +382,7 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
                 rc = proc.wait()
             running.pop(str(gpu), None)
             status = "done" if rc == 0 and cell.state() == "done" else ("stopped" if rc == 130 else "failed")
-            rec = journal.write(cell, status, cell.run_dir in private_time, returncode=rc,
+            rec = journal.write(cell, status, bool(private_time), returncode=rc,
                                 seconds=round(time.time() - t0, 1), resumed=resume, gpu=gpu, log=str(cell.log_path))
             with lock:
                 results.append(rec)
@@ -417,7 +421,8 @@ def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k])
 
 
-def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal) -> list[dict]:
+def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal,
+                  dated: bool = True) -> list[dict]:
     """One SLURM job per cell through submitit (imported only here), by sbatch, never a local fallback."""
     submitit = submitit_module()
     if not todo:
@@ -429,7 +434,7 @@ def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal
     executor.update_parameters(**params)
     records = []
     with executor.batch():
-        jobs = [executor.submit(SlurmCell(c), r) for c, r in todo]
+        jobs = [executor.submit(SlurmCell(c, dated), r) for c, r in todo]
     for (cell, resume), job in zip(todo, jobs):
         records.append(journal.write(cell, "submitted", job_id=str(job.job_id), resumed=resume,
                                      log=str(cell.log_path)))

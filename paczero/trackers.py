@@ -18,8 +18,11 @@ privacy statement's numbers (``privacy/mi_bound``, ``privacy/mia_bound``, ``priv
 the end.
 
 A DP baseline's step time grows with its private Poisson batch, so a DP run's tracker publishes no timing:
-its values are held back and written when the run ends, TensorBoard's events with the global step as their
-wall time (constant spacing), W&B's in one burst at the end.
+its values are held back and the tracker is opened only when the run ends. TensorBoard's event file is then
+rewritten with the global step as every event's wall time (constant spacing) under a name without a clock
+(``events.out.tfevents.0.paczero``); W&B's run is opened at the end without console capture or system
+metrics and logs the held values in one burst (its own ``_runtime`` and folder name then say only when the
+run ended, as the run folder's file times do: paczero/publish.py).
 """
 from __future__ import annotations
 
@@ -130,14 +133,24 @@ class Tracker:
 
 
 class TensorBoardTracker(Tracker):
-    """Event files in ``RUN/tensorboard/`` (``tensorboard --logdir RUN/tensorboard``)."""
+    """Event files in ``RUN/tensorboard/`` (``tensorboard --logdir RUN/tensorboard``); a DP run's written at
+    its end, as one file with no clock in its name or events (:func:`timeless_events`)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, accounting: dict | None = None):
         super().__init__(cfg, run_dir, accounting)
+        self.writer = None if self._held is not None else self._open()
+
+    def _open(self):
         from torch.utils.tensorboard import SummaryWriter  # writes with the tensorboard package
 
-        self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-        self.writer.add_text("config", "```\n" + json.dumps(public_config(cfg), indent=1, default=str) + "\n```")
+        writer = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+        writer.add_text("config", "```\n" + json.dumps(public_config(self.cfg), indent=1, default=str) + "\n```")
+        return writer
+
+    def _release_held(self) -> None:
+        if self._held is not None and self.writer is None:
+            self.writer = self._open()
+        super()._release_held()
 
     def _scalars(self, values: dict[str, float], step: int, walltime: float | None = None) -> None:
         for tag, v in values.items():
@@ -147,11 +160,37 @@ class TensorBoardTracker(Tracker):
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+            if self.cfg.mechanism in DP_MECHANISMS:
+                for path in sorted((self.run_dir / "tensorboard").glob("events.out.tfevents.*")):
+                    if not path.name.endswith(".paczero"):
+                        timeless_events(path)
+
+
+def timeless_events(path: Path) -> Path:
+    """Rewrite the TensorBoard event file ``path`` with each event's global step as its wall time, under a
+    name without a clock, ``events.out.tfevents.<n>.paczero`` beside it (n: 0, or 1, 2, ... for a resumed
+    run's later files); TensorBoard's own names carry the clock time, as do its first events. Returns the
+    new file."""
+    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    events = [Event.FromString(record) for record in RawEventFileLoader(str(path)).Load()]
+    n = len(list(path.parent.glob("events.out.tfevents.*.paczero")))
+    target = path.with_name(f"events.out.tfevents.{n}.paczero")
+    with open(target, "wb") as f:
+        writer = RecordWriter(f)
+        for event in events:
+            event.wall_time = float(event.step)
+            writer.write(event.SerializeToString())
+    path.unlink()
+    return target
 
 
 class WandbTracker(Tracker):
     """A W&B run (``wandb.init``) with the run folder's name, its files in ``RUN/wandb/``; a resumed run
-    continues the same W&B run (its id is kept in ``RUN/wandb/paczero-run-id``)."""
+    continues the same W&B run (its id is kept in ``RUN/wandb/paczero-run-id``). A DP run's W&B run is opened
+    when the run ends, without console capture or system metrics (module doc)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, accounting: dict | None = None, *, wandb=None):
         super().__init__(cfg, run_dir, accounting)
@@ -161,12 +200,24 @@ class WandbTracker(Tracker):
         folder = run_dir / "wandb"
         folder.mkdir(exist_ok=True)
         id_file = folder / WANDB_ID
-        run_id = id_file.read_text().strip() if cfg.resume and id_file.exists() else None
-        if run_id is None:
-            run_id = secrets.token_hex(6)  # letters and digits, as W&B ids are
-            id_file.write_text(run_id + "\n")
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "paczero"), name=run_dir.name, id=run_id,
-                              resume="allow", dir=str(run_dir), config=public_config(cfg))
+        self.run_id = id_file.read_text().strip() if cfg.resume and id_file.exists() else None
+        if self.run_id is None:
+            self.run_id = secrets.token_hex(6)  # letters and digits, as W&B ids are
+            id_file.write_text(self.run_id + "\n")
+        self.run = None if self._held is not None else self._open()
+
+    def _open(self):
+        quiet = {}
+        if self._held is not None:  # DP: nothing on a clock (console lines, system metrics)
+            quiet["settings"] = _quiet_settings(self.wandb)
+        return self.wandb.init(project=os.environ.get("WANDB_PROJECT", "paczero"), name=self.run_dir.name,
+                               id=self.run_id, resume="allow", dir=str(self.run_dir), config=public_config(self.cfg),
+                               **quiet)
+
+    def _release_held(self) -> None:
+        if self._held is not None and self.run is None:
+            self.run = self._open()
+        super()._release_held()
 
     def _scalars(self, values: dict[str, float], step: int, walltime: float | None = None) -> None:
         if values:
@@ -179,6 +230,16 @@ class WandbTracker(Tracker):
         if self.run is not None:
             self.run.finish(exit_code=1 if failed else 0)
             self.run = None
+
+
+def _quiet_settings(wandb):
+    """W&B settings without console capture and system metrics (the name of the latter moved between versions)."""
+    for stats in ("x_disable_stats", "_disable_stats"):
+        try:
+            return wandb.Settings(console="off", **{stats: True})
+        except Exception:  # an older or newer W&B that names it the other way
+            continue
+    return wandb.Settings(console="off")
 
 
 def open_tracker(cfg: TrainConfig, run_dir: Path, mechanism=None) -> Tracker:

@@ -28,11 +28,12 @@ import numpy as np
 from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
                            trainable_state)
 from paczero import resume
-from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, save_checkpoint, save_weights,
-                                set_times_to_start)
+from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
+                                save_weights, set_times)
 from paczero.curves import write_run_curves
 from paczero.config import DP_MECHANISMS, TrainConfig
 from paczero.journal import Journal, check_resumed_config, recorded_data
+from paczero.publish import make_stage, publish, working_dir
 from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
 from paczero.stop import StopRequest
 from paczero.trackers import check_report_to, open_tracker
@@ -139,7 +140,7 @@ def _claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
                                             reads={"data file": cfg.data if cfg.data != "demo" else None,
                                                    "model": str(local_model) if local_model.exists() else None})
             if cfg.resume:
-                saved = json.loads((run_dir / "run.json").read_text())["config"]
+                saved = json.loads(run_record(run_dir).read_text())["config"]
                 if saved.get("data") not in (None, "demo"):  # recorded as given before paths were resolved
                     saved["data"] = _resolved(saved["data"])
                 check_resumed_config(saved, cfg)
@@ -154,9 +155,12 @@ def _claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
     return run_dir, lock
 
 
-def _train(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None = None) -> dict[str, Any]:
-    """Set up, resume or begin, evaluate zero-shot, run the loop, finish: each a named call."""
+def _train(cfg: TrainConfig, ranks, out_dir: Path, log, given: Given | None = None) -> dict[str, Any]:
+    """Set up, resume or begin, evaluate zero-shot, run the loop, finish: each a named call. A DP run writes
+    in its private stage and publishes into ``out_dir`` at the end (paczero/publish.py)."""
+    run_dir = working_dir(cfg, out_dir)
     run, resumed = _set_up(cfg, ranks, run_dir, log, given)  # model, data, directions, mechanism
+    run.out_dir = out_dir
     if resumed is not None:
         resume.restore(run, resumed)  # weights, mechanism state, log and evals at the resume point
     else:
@@ -180,6 +184,7 @@ class Run:
     def __init__(self, cfg: TrainConfig, ranks, run_dir: Path, log, setup: Setup, fingerprint, params, perturber,
                  mechanism, t_setup: float):
         self.cfg, self.ranks, self.run_dir, self.log, self.setup = cfg, ranks, run_dir, log, setup
+        self.out_dir = run_dir  # where the run is published: run_dir, or (a DP run) the folder above its stage
         self.t_setup = t_setup  # when set-up began
         self.fingerprint, self.params, self.perturber, self.mechanism = fingerprint, params, perturber, mechanism
         self.n = len(setup.universe)
@@ -198,8 +203,8 @@ class Run:
         cfg = self.cfg
         size = "a private number of examples" if _private_batches(cfg) else \
             f"{self.n} examples, {len(self.full_batches)} micro-batches"  # add-or-remove adjacency: N is private
-        self.log(f"paczero: {cfg.mechanism} on {cfg.task} ({size}, {cfg.track}, {cfg.model}); "
-                 f"setup {time.time() - self.t_setup:.1f}s")
+        took = "" if _private_batches(cfg) else f"; setup {time.time() - self.t_setup:.1f}s"  # DP: no clock at all
+        self.log(f"paczero: {cfg.mechanism} on {cfg.task} ({size}, {cfg.track}, {cfg.model}){took}")
 
     def evaluate_zero_shot(self) -> None:
         """The base model on dev, test (and the out-of-domain test), unless a checkpoint holds it."""
@@ -260,10 +265,12 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
 def _begin(run: Run) -> None:
     """A new run's run.json (after ``--overwrite`` cleared the folder: every input is read and checked by now)."""
     cfg = run.cfg
-    kept = clear_run_dir(run.run_dir) if cfg.overwrite else []
+    kept = clear_run_dir(run.out_dir) if cfg.overwrite else []
     if kept:
-        _log.warning(f"--overwrite replaced the run in {str(run.run_dir)!r} and kept what paczero did not write "
+        _log.warning(f"--overwrite replaced the run in {str(run.out_dir)!r} and kept what paczero did not write "
                      f"there: {', '.join(kept)}")
+    if run.run_dir != run.out_dir:  # a DP run: its private stage (made after --overwrite cleared the folder)
+        make_stage(run.out_dir)
     public_data = {} if _private_batches(cfg) else {"universe_size": run.n, "data_fingerprint": run.fingerprint}
     atomic_json(run.run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
                                            "secret_source": secret_source(cfg, _claims_privacy(run.mechanism)),
@@ -342,9 +349,11 @@ def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
                                           run.zero_shot, run.cum_time, run.log)
     run.tracker.close(summary)
     write_run_curves(run.run_dir)  # RUN/curves.png, from the public files (paczero/curves.py)
-    if _private_batches(run.cfg):  # the files' times would give the run's length, which grows with the private batches
-        set_times_to_start(run.run_dir)
-    return {"stopped_at": done, "out_dir": str(run.run_dir)} if stopped else summary
+    if not stopped and run.run_dir != run.out_dir:  # a DP run's outputs, published at once (paczero/publish.py)
+        publish(run.run_dir, run.out_dir)
+    elif not stopped and _private_batches(run.cfg):  # a DP run an earlier paczero began in place: one time for all
+        set_times(run.run_dir, time.time())
+    return {"stopped_at": done, "out_dir": str(run.out_dir)} if stopped else summary
 
 
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
@@ -389,11 +398,9 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         summary["ood_test"] = evaluate(setup, setup.ood_enc)
         log(f"fine-tuned ood test {_fmt(summary['ood_test'])} ({cfg.ood_data})")
     if cfg.heldout_attack:  # the loss attack on the released weights: U's records vs the held-out test records
-        from paczero.heldout import heldout_attack
+        from paczero.heldout import run_heldout_attack
 
-        summary["heldout_attack"] = heldout_attack(setup)
-        log(f"train-vs-held-out loss attack: AUC {summary['heldout_attack']['auc']:.3f} "
-            f"({summary['heldout_attack']['bounded_by']})")
+        summary["heldout_attack"] = run_heldout_attack(setup, run_dir, log, private=_private_batches(cfg))
     if cfg.rungs:  # the ladder: the weights of this one trajectory at each rung (paczero/rungs.py)
         summary["rungs"] = read_rungs(run_dir)
     write_release(setup, run_dir / "model", summary)  # weights, tokenizer, task.json, model card

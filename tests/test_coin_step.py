@@ -140,7 +140,9 @@ def test_coin_step_is_validated_in_the_config():
 
 def test_a_skip_run_end_to_end_from_the_command_line(tmp_path, capsys):
     """``paczero train --coin-step skip``: the log's coin steps have coefficient 0 and bit 0, the statement
-    says coin steps did not move the weights."""
+    says coin steps did not move the weights, that the model is then a function of all of U and that the
+    attack of U's records against records outside U is not bounded; the card's headline names what is bounded
+    (membership of a record of U in S*, given U). Red if the words of either were dropped."""
     import json
 
     from paczero.cli import main
@@ -160,7 +162,44 @@ def test_a_skip_run_end_to_end_from_the_command_line(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["privacy"]["coin_step"] == "skip" and summary["config"]["coin_step"] == "skip"
     assert "did not move the weights" in summary["privacy_text"]
+    # what is bounded, in words: membership in S* given U; not U against records outside it
+    assert "the model is a function of all of U" in summary["privacy_text"]
+    assert "records from records outside U" in summary["privacy_text"] and "U itself is not protected" in summary[
+        "privacy_text"]
+    card = (out / "model" / "README.md").read_text()
+    assert "- Privacy guarantee: membership-inference success at most 0.5000 (prior 0.5) for the membership of a " \
+           "record of U in S*, given U" in card
     capsys.readouterr()
+
+
+def test_a_skip_run_through_the_training_loop_releases_the_same_weights_for_every_secret(tmp_path, monkeypatch):
+    """The whole training loop (``paczero.train``, tiny model, M = 4 candidates, ``coin_step: skip``), run once
+    for every j* in 0..3 with the same private stream: the released weights, the final checkpoint's weights
+    and the log are the same for every j*, bit for bit, and the run has coin steps. The checks above hold the
+    mechanism's coefficients to account; this one holds the loop that applies them. Red if the loop moved
+    theta along s_{j*} on a coin step while the log kept the coin's coefficient 0 (the released model then
+    depends on j*, and every check of the log stays green)."""
+    import json
+
+    import paczero.subsets as subsets
+    from forced_secret import forced
+    from paczero.train import train
+
+    def released(secret: int) -> tuple[bytes, bytes, list]:
+        monkeypatch.setattr(subsets, "secret_generator", forced(secret))
+        out = tmp_path / f"j{secret}"
+        train(TrainConfig(model="tiny-llama", task="demo", n_train=16, n_dev=4, n_test=4, steps=6, num_subsets=M,
+                          coin_step="skip", eval_every=6, checkpoint_every=6, private_seed=3, progress=False,
+                          eval_zero_shot=False, out_dir=str(out)), log=lambda *a: None)
+        log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+        for record in log:
+            record.pop("seconds")
+        return ((out / "selected.safetensors").read_bytes(),
+                (out / "checkpoints" / "step-000006" / "weights.safetensors").read_bytes(), log)
+
+    runs = [released(j) for j in range(M)]
+    assert {r["branch"] for r in runs[0][2]} == {"unanimous", "coin"}
+    assert all(run == runs[0] for run in runs[1:])
 
 
 def test_posterior_mean_coefficient_is_the_public_posterior_mean_of_the_secret_sign():

@@ -53,3 +53,18 @@ def test_the_attack_is_the_pairwise_auc_of_the_released_models_losses(tmp_path):
 def test_audit_heldout_refuses_to_mix_with_reveal_secret(tmp_path, capsys):
     assert main(["audit", str(tmp_path), "--heldout", "--reveal-secret"]) == 2
     assert "one at a time" in capsys.readouterr().err
+
+
+def test_audit_heldout_says_a_dp_runs_measurement_is_not_covered_by_epsilon():
+    """``paczero audit --heldout`` on a DP run (the user's request: the run itself keeps it private) says that
+    what it prints is a statistic of the private data that epsilon does not cover; on a PAC run it does not.
+    Red if the line were dropped."""
+    from paczero.heldout import format_heldout
+
+    def report(mechanism: str) -> str:
+        run = {"run": "r", "mechanism": mechanism, "auc": 0.6, "auc_ci95": [0.5, 0.7], "members": 16, "heldout": 24,
+               "member_loss_mean": 0.5, "heldout_loss_mean": 0.6, "bounded_by": "-"}
+        return format_heldout({"per_run": [run], "auc_mean": 0.6, "auc_std": None})
+
+    assert "epsilon does not cover them" in report("dpzero")
+    assert "epsilon" not in report("pac-zpl")

@@ -413,7 +413,10 @@ def _cpu_scale_sweep(root: Path, data: Path) -> dict[str, list[float]]:
             records.append({"time": f"2026-01-01T0{seed}:{len(records):02d}:00", "recipe": cell, "seed": seed,
                             "run_dir": rd, "status": "done", "seconds": 120.0 if cell.endswith("zpl") and seed == 0
                             else 150.0 + 20.0 * seed})
-    (root / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    dp_records = [r for r in records if "dpzero" in r["recipe"]]  # a sweep of its own (one with a DP cell times none)
+    (root / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records if r not in dp_records))
+    (root / "dp-sweep").mkdir()
+    (root / "dp-sweep" / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dp_records))
     return {cell: accs for cell, (accs, _) in cells.items()}
 
 
@@ -616,3 +619,15 @@ def test_the_tuned_tables_mi_plateau_and_dp_cliff_draw_the_chosen_cells_only(tmp
     pooled = round(100 * (0.71 + 0.84 + 0.82 + 0.86 + 0.78) / 5, 6)
     assert pooled not in flat
     assert any(lb.startswith("PAC-ZPL, MI = 0, coin steps skipped") for lb in cliff[1])
+
+
+def test_a_sweep_that_ran_a_dp_run_gives_no_run_its_time():
+    """A report's wall times: none from a sweep.jsonl that ran a DP run (its span less the others' times would give
+    the DP run's), the times of a sweep without one. Red if only the DP run's own records are left out."""
+    from paczero.report.provenance import wall_seconds
+
+    records = [{"_file": "a/sweep.jsonl", "recipe": "zpl", "seed": 0, "status": "done", "seconds": 10.0},
+               {"_file": "a/sweep.jsonl", "recipe": "dp", "seed": 0, "status": "done", "seconds": 30.0},
+               {"_file": "b/sweep.jsonl", "recipe": "mi", "seed": 0, "status": "done", "seconds": 20.0}]
+    assert wall_seconds(records, {("dp", 0)}) == {("mi", 0): 20.0}
+    assert wall_seconds(records) == {("zpl", 0): 10.0, ("dp", 0): 30.0, ("mi", 0): 20.0}  # no DP run: all timed

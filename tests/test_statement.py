@@ -107,8 +107,9 @@ def test_model_card_names_the_bound_and_labels_the_realised_spend():
     card = model_card({"config": cfg.to_dict(), "metric": "accuracy", "selected_step": 200,
                        "dev": {"accuracy": 0.5}, "test": {"accuracy": 0.5}, "privacy": st,
                        "privacy_text": privacy_statement_text(st, cfg)})
-    assert (f"- Privacy guarantee: membership-inference success at most {kl_half_inverse(BUDGET):.4f} (prior 0.5), "
-            f"from I(S*; transcript) <= {BUDGET:.6g} nats") in card
+    assert (f"- Privacy guarantee: membership-inference success at most {kl_half_inverse(BUDGET):.4f} (prior 0.5) "
+            "for the membership of a record of U in S*, given U") in card
+    assert f"from I(S*; transcript) <= {BUDGET:.6g} nats" in card
     assert f"Realised MI spend of this run: {st['mi_spent']:.6g} nats" in card and "not a bound" in card
 
 

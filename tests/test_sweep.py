@@ -205,6 +205,32 @@ def test_failed_cell_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     assert [r["status"] for r in res] == ["failed"] and res[0]["returncode"] != 0
 
 
+def test_a_sweep_with_a_dp_cell_publishes_no_cells_time(tmp_path):
+    """Two cells that fail at once (a model folder that does not exist): with a DP cell among them, sweep.jsonl
+    holds no cell's ``seconds`` and no cell log's header line a clock time, only the sweep's own start and end
+    are timed; without one (the control), both are there. Red if the sweep drops only the DP cell's time (the
+    other cell's seconds with the sweep's span give it), or dates a cell log's header (the next cell's start
+    ends the DP cell)."""
+    import re
+
+    overrides = parse_overrides(["task=demo", "n_train=16", "steps=2", "progress=false", "model=/nonexistent/model"])
+    (tmp_path / "pac.yaml").write_text("mechanism: pac-zpl\n")
+    (tmp_path / "dp.yaml").write_text("mechanism: dpzero\nepsilon: 2.0\nsample_rate: 0.5\n")
+    dated = re.compile(r"^# \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \$", re.M)
+
+    def timed(names: list[str], root: Path) -> tuple[list, list]:
+        res = sweep([str(tmp_path / f"{n}.yaml") for n in names], [0], out_root=str(root), overrides=overrides,
+                    echo=lambda s: None)
+        assert [r["status"] for r in res] == ["failed"] * len(names)
+        headers = [bool(dated.search(Cell(n, tmp_path / f"{n}.yaml", 0, root).log_path.read_text())) for n in names]
+        marks = [r for r in map(json.loads, (root / "sweep.jsonl").read_text().splitlines()) if "sweep" in r]
+        assert [m["sweep"] for m in marks] == ["start", "end"] and all(m["time"] for m in marks)
+        return ["seconds" in r for r in journal(root) if r["status"] == "failed"], headers
+
+    assert timed(["pac", "dp"], tmp_path / "mixed") == ([False, False], [False, False])
+    assert timed(["pac"], tmp_path / "pac-only") == ([True], [True])  # the control: a sweep of PAC cells is timed
+
+
 # ---------------------------------------------------------------------------- SLURM
 def test_slurm_parameters_are_checked():
     p = slurm_parameters(partition="gpu", timeout_min=60, gpus_per_node=0, extra=["exclude=n1,n2", "--qos=high"])

@@ -126,6 +126,27 @@ def test_the_wandb_adapter_logs_the_public_records_and_resumes_the_same_run(tmp_
     assert runs[1].init["id"] == run.init["id"] and runs[2].init["id"] != run.init["id"]
 
 
+def test_a_dp_runs_wandb_run_opens_at_the_end_without_console_or_system_metrics(tmp_path):
+    """With a stand-in for the wandb module: a DP run's W&B run is opened only when the run ends (so W&B's own
+    clock, ``_runtime``, and its folder's name say only when it ended), with console capture off and system
+    metrics off, and receives the held values in one burst, each at its step. Red if it is opened at the start
+    (W&B would time every step, and capture the console) or with W&B's default settings."""
+    runs = []
+    fake = types.SimpleNamespace(init=_fake_wandb(runs).init, Settings=lambda **kw: kw)
+    cfg = TrainConfig(**TINY, mechanism="dpzero", epsilon=2.0, sample_rate=0.5,
+                      report_to="wandb", out_dir=str(tmp_path))
+    tracker = WandbTracker(cfg, tmp_path, wandb=fake)
+    tracker.step({"step": 0, "train_loss": None, "lr": 1e-3, "free_frac": 0.0, "seconds": None})
+    tracker.evaluation(2, {"loss": 0.6, "accuracy": 0.625})
+    assert runs == []  # nothing on W&B's clock while the run trains
+    tracker.close({"test": {"accuracy": 0.5}, "privacy": {"epsilon_rdp": 2.0}, "selected_step": 2})
+    (run,) = runs
+    assert run.init["settings"]["console"] == "off" and run.init["settings"]["x_disable_stats"] is True
+    assert [step for step, _ in run.logged] == [1, 2] and run.logged[0][1] == {"train/lr": 1e-3,
+                                                                               "release/free_frac": 0.0}
+    assert run.summary["privacy/epsilon_rdp"] == 2.0 and run.exit_code == 0
+
+
 @pytest.mark.slow
 def test_wandb_offline_mode_writes_the_run_locally(tmp_path, monkeypatch):
     """W&B itself, offline: the run's W&B file under RUN/wandb/ holds the public tags (spawns W&B's service)."""

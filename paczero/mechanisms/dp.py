@@ -193,7 +193,9 @@ class _PoissonGaussianMechanism(Mechanism):
         scalars = np.asarray(scalars, dtype=np.float64)
         expected = (self.num_directions, self._pending)
         if scalars.shape != expected:
-            raise ValueError(f"{self.name}: scalars must have shape {expected} [K, B], got {scalars.shape}")
+            raise ValueError(f"{self.name}: scalars must have shape [K, B], K = {self.num_directions} directions "
+                             "by the B examples of the batch drawn (B is private: neither it nor the shape given "
+                             "is shown)")
         if not np.all(np.isfinite(scalars)):
             raise ValueError(f"{self.name}: scalars contain NaN or inf")
         return scalars

@@ -33,6 +33,7 @@ from pathlib import Path
 from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row, experiment, find_runs, fmt_ms,
                                   group_cells, load_paper_results, mean_std, read_log, run_row)
 from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
+from paczero.config import DP_MECHANISMS
 from paczero.report import provenance
 from paczero.report.tuned import TUNED_TABLE, chosen_cells, plot_tuned, tuned_headline, tuned_table
 from paczero.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
@@ -107,7 +108,8 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
              if paper_overlay else "")
           + " Runs of one recipe with other settings are separate cells, named with the keys that differ."
           + _selection_note(runs), ""]
-    md += _table_sections(cells, paper_overlay, provenance.wall_seconds(records))
+    dp_runs = {(r.cell, r.seed) for r in runs if r.cfg.get("mechanism") in DP_MECHANISMS}
+    md += _table_sections(cells, paper_overlay, provenance.wall_seconds(records, dp_runs))
     md += ["## Privacy statement per run", "",
            "PAC runs: the guarantee, I(S*; transcript) ≤ the MI budget (0 for PAC-ZPL), its bound on the informed "
            "adversary's MIA success (prior 0.5) and the DP ε with the same MIA bound (a reference point only; PAC "

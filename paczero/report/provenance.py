@@ -20,16 +20,20 @@ SMALL_FILES = ("summary.json", "log.jsonl", "evals.jsonl", "rungs.jsonl")
 
 def sweep_records(root: Path, exclude: Path | None = None) -> list[dict]:
     """Every record of every ``sweep.jsonl`` under ``root`` (a sweep's out-root holds one), but those under
-    ``exclude`` (a report's folder inside ``root``, whose kept runs hold copies)."""
-    return [r for path in sorted(root.rglob("sweep.jsonl"))
+    ``exclude`` (a report's folder inside ``root``, whose kept runs hold copies); each names its file (``_file``)."""
+    return [{**r, "_file": str(path)} for path in sorted(root.rglob("sweep.jsonl"))
             if exclude is None or exclude.resolve() not in path.resolve().parents for r in read_records(path)]
 
 
-def wall_seconds(records: list[dict]) -> dict[tuple[str, int], float]:
+def wall_seconds(records: list[dict], dp_runs: frozenset | set = frozenset()) -> dict[tuple[str, int], float]:
     """Per (recipe, seed): the seconds of the run's processes the sweep timed (each finished or failed attempt;
-    an attempt killed with the sweep itself has no record)."""
+    an attempt killed with the sweep itself has no record); none from a sweep that ran one of ``dp_runs``
+    ((recipe, seed) of DP runs): with its span, the other cells' times would give a DP run's."""
     out: dict[tuple[str, int], float] = defaultdict(float)
+    private = {r.get("_file") for r in records if (r.get("recipe"), r.get("seed")) in dp_runs}
     for r in records:
+        if r.get("_file") in private and r.get("_file") is not None:
+            continue
         if r.get("seconds") is not None and r.get("recipe") is not None:
             out[(r["recipe"], r.get("seed"))] += float(r["seconds"])
     return dict(out)
@@ -100,7 +104,8 @@ def sweep_commands(runs: list[Run], root: str) -> list[str]:
 
 def keep_runs(runs: list[Run], root: Path, dest: Path) -> int:
     """Copy each run's small files (:data:`SMALL_FILES`), the sweep's config beside it (``seed<k>.yaml``) and
-    every ``sweep.jsonl`` under ``root`` (without the DP runs' times, which depend on their private batches)
+    every ``sweep.jsonl`` under ``root`` (without any run's time in a sweep that ran a DP run: its time depends
+    on its private batches, and the others' with the sweep's span would give it)
     into ``dest``, at the same relative paths; return the files copied. ``paczero report DEST`` then writes the
     same report without the weights."""
     copied = 0
@@ -122,9 +127,10 @@ def keep_runs(runs: list[Run], root: Path, dest: Path) -> int:
         target = dest / path.relative_to(root)
         if dest.resolve() in path.resolve().parents or path.resolve() == target.resolve():
             continue
-        records = [{k: v for k, v in rec.items() if k not in ("time", "seconds")}
-                   if (rec.get("recipe"), rec.get("seed")) in private_time
-                   else {k: v for k, v in rec.items() if k != "time" or rec.get("sweep")} for rec in read_records(path)]
+        records = read_records(path)
+        dp_sweep = any((rec.get("recipe"), rec.get("seed")) in private_time for rec in records)
+        records = [{k: v for k, v in rec.items() if k not in ("time", "seconds")} if dp_sweep and not rec.get("sweep")
+                   else {k: v for k, v in rec.items() if k != "time" or rec.get("sweep")} for rec in records]
         target.parent.mkdir(parents=True, exist_ok=True)  # a DP run's time depends on its private batches
         target.write_text("".join(json.dumps(rec) + "\n" for rec in records))
         copied += 1
@@ -159,16 +165,20 @@ def made_by(runs: list[Run], records: list[dict], root: str, report_args: str | 
         lines += ["```", ""]
     lines += ["Machines (summary.json `environment`):", "", *(f"- {m}" for m in machines(runs)), ""]
     dp_runs = {(r.cell, r.seed) for r in runs if r.cfg.get("mechanism") in DP_MECHANISMS}
-    walls = wall_seconds(records)
+    walls = wall_seconds(records, dp_runs)
     span = sweep_span(records)
     timed = [r for r in runs if (r.cell, r.seed) in walls and r.cfg.get("mechanism") not in DP_MECHANISMS]
-    if timed:
+    if not timed and dp_runs and span:
+        lines.append(f"Wall time: the sweep ran from {span[0]} to {span[1]}; not shown for the {len(dp_runs)} DP "
+                     "runs, whose time depends on their private Poisson batches, nor for the other runs of their "
+                     "sweep (with the sweep's span, theirs would give it).")
+    elif timed:
         dp = len(dp_runs)
         lines.append(f"Wall time: {sum(walls[(r.cell, r.seed)] for r in timed) / 3600.0:.2f} h for {len(timed)} of "
                      f"{len(runs)} runs, one after another (the sweep's record of each run's process: setup, zero-shot "
                      "and dev evaluations, training, test; any pause or other load on the machine included)"
-                     + (f"; not shown for the {dp} DP runs, whose time depends on their private Poisson batches"
-                        if dp else "")
+                     + (f"; not shown for the {dp} DP runs, whose time depends on their private Poisson batches, "
+                        "nor for the other runs of their sweep" if dp else "")
                      + (f". The sweep ran from {span[0]} to {span[1]}." if span else "."))
     else:
         lines.append("Wall time: not recorded (no sweep.jsonl under the runs folder).")
