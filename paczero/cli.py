@@ -326,7 +326,8 @@ def _cmd_audit(ns) -> int:
         from paczero.heldout import format_heldout, heldout_audit
 
         if ns.reveal_secret or ns.last_bits:
-            raise ConfigError("--heldout is an audit of its own: give it without --reveal-secret or --last-bits")
+            raise ConfigError("--heldout is an audit of its own (not with --reveal-secret or --last-bits): "
+                              "run them one at a time")
         found = heldout_audit(ns.run_dirs, bootstrap=ns.bootstrap)
         print(json.dumps(found, indent=1) if ns.json else format_heldout(found))
         return 0

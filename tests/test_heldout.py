@@ -53,6 +53,8 @@ def test_the_attack_is_the_pairwise_auc_of_the_released_models_losses(tmp_path):
 def test_audit_heldout_refuses_to_mix_with_reveal_secret(tmp_path, capsys):
     assert main(["audit", str(tmp_path), "--heldout", "--reveal-secret"]) == 2
     assert "one at a time" in capsys.readouterr().err
+    assert main(["audit", str(tmp_path), "--heldout", "--last-bits"]) == 2
+    assert "one at a time" in capsys.readouterr().err
 
 
 def test_audit_heldout_says_a_dp_runs_measurement_is_not_covered_by_epsilon():
