@@ -113,6 +113,12 @@ class PACZeroTrainer:
             cfg = _describe(cfg, self.model, self.tokenizer)
         cfg = cfg.validate()
         examples = _examples(cfg, self.datasets, self._sizes)
+        if examples is not None:  # the sizes used, as run.json, the statement, the card and the summary state them
+            cfg = cfg.replace(**dict(zip(("n_train", "n_dev", "n_test"), map(len, examples))))
+        elif not self._sizes:  # a data file too small for the default sizes is used as given, as on the command line
+            from paczero.flags import sizes_as_given
+
+            cfg = sizes_as_given(cfg, say=lambda line: log(in_api_words(line)))
         note = _data_use(self.datasets, examples)
         if note:
             log(f"paczero: data: {note}")
@@ -141,6 +147,7 @@ _API_WORDS = [
     (r"--data (PATH|FILE)\b", r"data=\1 (or train_dataset=...)"),
     (r"--labels\b", "labels=[...]"),
     (r"--columns\b", "columns={...}"),
+    (r"--n-(train|dev|test)\b", r"n_\1"),
 ]
 
 

@@ -231,6 +231,7 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
     setup, value, problem = None, None, None
     try:
         setup = build(cfg, given=given)
+        check_sizes(setup)
         value = {"examples": data_fingerprint(setup), "tokens": tokens_fingerprint(setup)}
         recorded = None if resumed_run is None else resumed_run.get("data_fingerprint")
         if recorded is not None and recorded != value["examples"]:
@@ -239,6 +240,20 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
         problem = e
     dp.agree("data", value, problem)
     return setup, value["examples"]
+
+
+def split_sizes(setup: Setup) -> dict[str, int]:
+    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state."""
+    return {"universe": len(setup.universe), "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
+
+
+def check_sizes(setup: Setup) -> None:
+    """The config records the sizes the run uses (its ``n_train``, ``n_dev``, ``n_test`` are what run.json,
+    the privacy statement and the model card state): a run whose examples have other sizes is a bug."""
+    cfg, sizes = setup.cfg, split_sizes(setup)
+    stated = {"universe": cfg.n_train, "dev": cfg.n_dev, "test": cfg.n_test if cfg.n_test is not None else sizes["test"]}
+    if sizes != stated:
+        raise RuntimeError(f"the run's examples ({sizes}) are not the sizes its config states ({stated})")
 
 
 def step_batches(task, universe: list, full_batches: list, idx, token_budget: int) -> tuple[list, int]:

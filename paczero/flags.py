@@ -175,16 +175,17 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
         check_data_given(resolve_recipe(recipe), values, "--data PATH")
     cfg = TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
     if not set(SIZES) & set(values):
-        cfg = _sizes_as_given(cfg)
+        cfg = sizes_as_given(cfg)
     return cfg
 
 
 SIZES = ("n_train", "n_dev", "n_test")
 
 
-def _sizes_as_given(cfg: TrainConfig, echo=None) -> TrainConfig:
+def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
     """With no sample size set anywhere, a local data file too small for the default sizes is used as given
-    (:func:`paczero.tasks.data.sizes_for_file`); one line on stderr says how, and the config records it."""
+    (:func:`paczero.tasks.data.sizes_for_file`); one line (``say``; default: stderr) says how, and the config
+    records it."""
     import sys
     from pathlib import Path
 
@@ -196,7 +197,8 @@ def _sizes_as_given(cfg: TrainConfig, echo=None) -> TrainConfig:
                            {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels)
     if sizes is None:
         return cfg
-    print(f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "
-          f"{cfg.n_dev}): U = {sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
-          "data_seed (--n-train, --n-dev and --n-test choose)", file=echo or sys.stderr)
+    line = (f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "
+            f"{cfg.n_dev}): U = {sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
+            "data_seed (--n-train, --n-dev and --n-test choose)")
+    (say or (lambda text: print(text, file=sys.stderr)))(line)
     return cfg.replace(**sizes).validate()

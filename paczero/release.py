@@ -201,7 +201,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         f"- Base model: `{shown}`" + (f" ({base['note']})." if base["note"] else "."),
         f"- Trained: {track}, dtype {cfg['dtype']}.",
         f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
-        f"examples (selection), test as reported below.",
+        f"examples (selection), {_tested(summary)}.",
         f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
         f"mu {cfg['mu']:g}, public seed {cfg['seed']}.",
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
@@ -220,6 +220,12 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         "",
     ]
     return str(ModelCard(f"---\n{data_card.to_yaml()}\n---\n\n" + "\n".join(body)))
+
+
+def _tested(summary: dict) -> str:
+    """The card's words for the test set: its size, as the run's summary records it."""
+    test = (summary.get("sizes") or {}).get("test", summary["config"].get("n_test"))
+    return "test as reported below" if test is None else f"{test} test examples"
 
 
 def _usage(task: dict, lora: bool, hub_id: str | None) -> list[str]:

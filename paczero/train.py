@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
-                           trainable_state)
+from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, split_sizes,
+                           step_batches, trainable_state)
 from paczero import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, save_checkpoint, save_weights,
                                 set_times_to_start)
@@ -381,6 +381,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "test": test,
         "privacy": statement,
         "privacy_text": privacy_statement_text(statement, cfg),
+        "sizes": split_sizes(setup),  # the universe, dev and test sets' rows (the config's n_train, n_dev, n_test)
         "train_seconds": None if _private_batches(cfg) else seconds,  # DP: time grows with the private batches
         "seconds_per_step": None if _private_batches(cfg) else seconds / cfg.steps,
         "environment": environment(setup.device),

@@ -237,6 +237,34 @@ def test_the_datasets_handed_over_are_used_as_given(tmp_path, tokenizer):
     assert result.summary["test"] and result.summary["dev"]
 
 
+def test_the_statement_card_and_summary_state_the_sizes_the_run_used(tmp_path, tokenizer):
+    """40 training rows and 10 eval rows (no test_dataset: the final evaluation reuses them), no sizes set:
+    run.json, summary.json, the privacy statement and the model card all say 40 and 10, counted here from
+    the rows handed over. Red if the config's defaults (n_train 1000, n_dev 500) reach any of them (the
+    API did not record the sizes it used), or if the card leaves the test set's size out."""
+    import re
+
+    eval_rows = [{"sentence": f"held out {i}", "label": i % 2} for i in range(10)]
+    settings = {k: v for k, v in SMALL.items() if k not in ("n_train", "n_dev", "n_test")}
+    result = PACZeroTrainer(model=_model(tokenizer), tokenizer=tokenizer, train_dataset=ROWS, eval_dataset=eval_rows,
+                            out_dir=str(tmp_path / "run"), **settings).train(log=_quiet)
+    n_train, n_dev = len(ROWS), len(eval_rows)
+    run = json.loads((result.run_dir / "run.json").read_text())
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert run["universe_size"] == n_train
+    for config in (run["config"], summary["config"], result.config.to_dict()):
+        assert (config["n_train"], config["n_dev"], config["n_test"]) == (n_train, n_dev, n_dev)
+    assert summary["sizes"] == {"universe": n_train, "dev": n_dev, "test": n_dev}
+    statement = summary["privacy_text"]
+    assert f"{n_train}-example universe" in statement and f"{n_dev} dev examples" in statement, statement
+    card = (result.run_dir / "model" / "README.md").read_text()
+    assert (f"a training universe of {n_train} examples, {n_dev} dev examples (selection), {n_dev} test examples"
+            in card), card
+    assert statement in card
+    for text in (statement, card):
+        assert not re.search(r"\b(1000|500)\b", text)
+
+
 def test_bad_input_speaks_of_the_api_s_arguments_not_the_command_line_s_flags(tmp_path, tokenizer):
     """A run folder that is not empty, rows whose sentence column has another name, rows with named labels:
     each refusal names the keyword argument (overwrite=True, columns={...}, labels=[...]) and no `--` flag.
