@@ -198,6 +198,25 @@ def test_slurm_warning_then_time_limit_mid_step_checkpoints_and_resumes(referenc
     _assert_same_run(out, reference)
 
 
+def test_a_stopped_run_resumes_with_out_dir_and_resume_alone(reference, tmp_path, capsys):
+    """`paczero train --out-dir RUN --resume`, no other flag, takes the run's settings from its run.json and
+    ends where the uninterrupted run does; a flag given alongside that differs from the run's is refused as
+    before (one line naming it), and one that agrees is accepted (--print-config shows the run's settings). Red if the resume reads its settings from
+    the defaults (a dozen settings differ: refused) or lets a differing flag through."""
+    out = tmp_path / "run"
+    p = _spawn(tmp_path, out, "term_mid_step", 4)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr[-2000:]
+    capsys.readouterr()
+    assert main(["train", "--out-dir", str(out), "--resume", "--lr", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("paczero: error: cannot resume: lr differs") and "\n" not in err, err
+    assert main(["train", "--out-dir", str(out), "--resume", "--steps", str(STEPS), "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["lr"] == TrainConfig(**CFG).lr  # an agreeing flag: accepted
+    assert main(["train", "--out-dir", str(out), "--resume"]) == 0
+    _assert_same_run(out, reference)
+
+
 def test_corrupted_newest_checkpoint_falls_back(reference, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(reference, out)
