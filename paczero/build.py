@@ -247,6 +247,25 @@ def split_sizes(setup: Setup) -> dict[str, int]:
     return {"universe": len(setup.universe), "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
 
 
+#: fewer dev or test rows than this and a run says once that their scores resolve little
+RESOLVING_ROWS = 50
+
+
+def small_splits_note(setup: Setup) -> str | None:
+    """One line for a run whose dev or test set has fewer than RESOLVING_ROWS rows: a score on n rows moves
+    in steps of 1/n and its 95 % interval spans about ±1/sqrt(n) (a proportion near 0.5: 1.96 * 0.5/sqrt(n)),
+    so such a run's dev selection and test scores tell apart only large differences."""
+    small = {name: n for name, n in split_sizes(setup).items() if name != "universe" and n < RESOLVING_ROWS}
+    if not small:
+        return None
+    sets = " and ".join(f"{name} {n} rows" for name, n in small.items())
+    spans = ", ".join(f"±{0.98 / n ** 0.5:.0%} on {name}" for name, n in small.items() if n)
+    how = ("more rows in eval_dataset and test_dataset, or n_dev and n_test" if "data" in setup.in_memory else
+           "a file with more rows, or --n-dev and --n-test")
+    return (f"paczero: data: {sets}: their scores resolve little (a 95 % interval spans about {spans}); "
+            f"at least {RESOLVING_ROWS} rows each ({how}) resolve more")
+
+
 def check_sizes(setup: Setup) -> None:
     """The config records the sizes the run uses (its ``n_train``, ``n_dev``, ``n_test`` are what run.json,
     the privacy statement and the model card state): a run whose examples have other sizes is a bug."""

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, split_sizes,
-                           step_batches, trainable_state)
+from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable,
+                           small_splits_note, split_sizes, step_batches, trainable_state)
 from paczero import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, save_checkpoint, save_weights,
                                 set_times_to_start)
@@ -245,6 +245,8 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
 
     t_setup = time.time()
     setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None, given)
+    if small_splits_note(setup):  # dev or test under 50 rows: said once
+        log(small_splits_note(setup))
     params = trainable_parameters(setup.model, cfg.track)
     perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches,
                           token_budget=cfg.token_budget)
