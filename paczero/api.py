@@ -37,24 +37,34 @@ _SPLITS = (("train_dataset", "train"), ("eval_dataset", "validation"), ("test_da
 class TrainResult:
     """What :meth:`PACZeroTrainer.train` returns."""
     model: Any          # the trained model, holding the released weights (the peft wrapper on track lora)
-    summary: dict       # summary.json's content; {"stopped_at", "out_dir"} for a run stopped early
+    summary: dict       # summary.json's content; {"stopped_at", "out_dir", "privacy"} for a run stopped early
     run_dir: Path       # the run folder: checkpoints, log, journal, summary, model/ with its card
     config: TrainConfig  # the configuration the run recorded (model: the object's name_or_path)
 
     @property
     def stopped(self) -> bool:
-        """Whether the run stopped before its last step (SIGTERM, Ctrl-C); ``resume=True`` continues it."""
+        """Whether the run stopped before its last step (SIGTERM, Ctrl-C); ``train(resume=True)`` continues it."""
         return "stopped_at" in self.summary
 
     @property
-    def privacy(self) -> dict | None:
-        """The privacy statement's numbers (``mi_bound``, ``mia_bound``, ...); None for a stopped run."""
-        return self.summary.get("privacy")
+    def privacy(self) -> dict:
+        """The privacy statement's numbers (``mi_bound``, ``mia_bound``, ...); for a stopped run, those of
+        the steps it ran (its weights are post-processing of their releases)."""
+        return self.summary.get("privacy") or {}
 
     @property
-    def statement(self) -> str | None:
-        """The privacy statement in words, as the model card states it; None for a stopped run."""
-        return self.summary.get("privacy_text")
+    def statement(self) -> str:
+        """The privacy statement in words, as the model card states it; for a stopped run, how to go on."""
+        if self.stopped:
+            return (f"The run in {self.summary['out_dir']} stopped at step {self.summary['stopped_at']} of "
+                    f"{self.config.steps}, before its test evaluation and release (no model card, no privacy "
+                    f"statement yet): {RESUME_WORDS}.")
+        return self.summary.get("privacy_text") or ""
+
+
+#: how a stopped run goes on, in this API's words
+RESUME_WORDS = ("trainer.train(resume=True) continues it (the same trainer, or a PACZeroTrainer given the same "
+                "objects and out_dir)")
 
 
 class PACZeroTrainer:
@@ -126,7 +136,7 @@ class PACZeroTrainer:
         if given.names():
             _single_process()
         check_push_possible(cfg)
-        summary = train(cfg, log=log, given=given)
+        summary = train(cfg, log=lambda line: log(in_api_words(line)), given=given)
         if cfg.push_to_hub is not None and "stopped_at" not in summary:
             push_finished_run(cfg, log=log)
         if self.model is not None:  # a later call (resume) goes on with the model this one trained
@@ -140,6 +150,7 @@ _API_WORDS = [
     (r"--columns \w+=\w+ \(Python: (columns=\{[^}]*\})\)", r"\1"),
     (r"--labels \(e\.g\. --labels ([\w-]+(?:,[\w-]+)*)\)",
      lambda m: "labels=[...] (e.g. labels=" + repr(m.group(1).split(",")) + ")"),
+    (r"continue with --resume", RESUME_WORDS),
     (r"--resume --out-dir ('[^']*'|\S+)", r"resume=True with out_dir=\1"),
     (r"--out-dir (\S+)", r"out_dir=\1"),
     (r"--overwrite\b", "overwrite=True"),

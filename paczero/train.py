@@ -346,7 +346,9 @@ def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
     write_run_curves(run.run_dir)  # RUN/curves.png, from the public files (paczero/curves.py)
     if _private_batches(run.cfg):  # the files' times would give the run's length, which grows with the private batches
         set_times_to_start(run.run_dir)
-    return {"stopped_at": done, "out_dir": str(run.run_dir)} if stopped else summary
+    if stopped:  # the guarantee so far: the weights of a stopped run are post-processing of its releases
+        return {"stopped_at": done, "out_dir": str(run.run_dir), "privacy": run.mechanism.privacy_statement()}
+    return summary
 
 
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:

@@ -107,7 +107,8 @@ def test_a_stopped_run_resumes_from_its_checkpoint_to_the_uninterrupted_weights(
     model the first call returned), and compare with a straight run of the same objects bit for bit:
     weights and transcript. Red if the API's resume starts the run over (or writes a second one) instead
     of continuing from the checkpoint and the journal, if a replayed or resumed step differs from the
-    straight run's, or if the next call does not train the peft model the stopped call returned."""
+    straight run's, if the next call does not train the peft model the stopped call returned, or if the
+    stopped result names the command line's --resume or holds None where the README reads a value."""
     from safetensors.torch import load_file
 
     import paczero.train as tr
@@ -133,9 +134,15 @@ def test_a_stopped_run_resumes_from_its_checkpoint_to_the_uninterrupted_weights(
     trainer = PACZeroTrainer(model=_model(tokenizer), tokenizer=tokenizer, train_dataset=_dataset(),
                              out_dir=str(tmp_path / "stopped"), **cfg)
     monkeypatch.setattr(tr, "_progress", stopping_progress)
-    first = trainer.train(log=_quiet)
+    lines = []
+    first = trainer.train(log=lines.append)
     monkeypatch.setattr(tr, "_progress", progress)
-    assert first.stopped and first.summary["stopped_at"] == 3 and first.statement is None
+    assert first.stopped and first.summary["stopped_at"] == 3
+    # the stopped result says how to go on in this API's words, and the README's reads find values
+    assert "stopped at step 3" in first.statement and "trainer.train(resume=True)" in first.statement
+    assert "--" not in first.statement and "--" not in "".join(lines)
+    assert any("trainer.train(resume=True)" in line for line in lines)
+    assert first.privacy["mi_bound"] == 0.2 and 0.5 < first.privacy["mia_bound"] < 1
     assert trainer.model is first.model  # the peft wrapper the first call built
     resumed = trainer.train(resume=True, log=_quiet)
     assert not resumed.stopped and resumed.model is first.model
