@@ -158,6 +158,7 @@ _API_WORDS = [
     (r"--data (PATH|FILE)\b", r"data=\1 (or train_dataset=...)"),
     (r"--labels\b", "labels=[...]"),
     (r"--columns\b", "columns={...}"),
+    (r"--verbalizer\b", "verbalizer={...}"),
     (r"--n-(train|dev|test)\b", r"n_\1"),
 ]
 
@@ -248,7 +249,7 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any],
     """(train, dev, test) examples of the datasets given, normalised as a data file with the same rows; None
     when none is given. ``sizes``: the sample sizes of ``cfg`` the caller set; every other split takes every
     row given (train_dataset alone: a fifth for test, a fifth of the rest for dev, unless set)."""
-    from paczero.tasks.data import canonical_task, split_records
+    from paczero.tasks.data import canonical_rows, canonical_task, class_labels, split_records
 
     if datasets["train_dataset"] is None:
         if any(v is not None for v in datasets.values()):
@@ -275,9 +276,12 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any],
                    + [{**row, "split": "validation"} for row in given["eval_dataset"]]
                    + [{**row, "split": "test"} for row in test])
         where = " + ".join(given)
+    task, classes = canonical_task(cfg.task), class_labels(cfg.task, cfg.verbalizer, cfg.labels)
     try:
-        return split_records(canonical_task(cfg.task), records, where, n["n_train"], n["n_dev"], n["n_test"],
-                             cfg.data_seed, cfg.columns or {}, cfg.labels)
+        for name, rows in given.items():  # each dataset checked apart: a message names its own row
+            canonical_rows(task, rows, name, cfg.columns or {}, cfg.labels, classes)
+        return split_records(task, records, where, n["n_train"], n["n_dev"], n["n_test"], cfg.data_seed,
+                             cfg.columns or {}, cfg.labels, classes)
     except ConfigError:
         raise
     except ValueError as e:

@@ -110,7 +110,7 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
     else:
         train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                 n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns,
-                                                labels=cfg.labels)
+                                                labels=cfg.labels, classes=classes_of(cfg))
     if examples is None and len(train_ex) < 2:
         raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
     if given.tokenizer is not None:  # a copy: the caller's own tokenizer keeps its padding side
@@ -159,10 +159,18 @@ def _ood_examples(cfg: TrainConfig) -> list:
     has_split = bool(records) and "split" in records[0]
     try:
         _, _, rows = load_splits(cfg.task, source=str(path), n_train=0, n_dev=0, columns=cfg.columns,
-                                 n_test=None if has_split else len(records), labels=cfg.labels)
+                                 n_test=None if has_split else len(records), labels=cfg.labels,
+                                 classes=classes_of(cfg))
     except ValueError as e:
         raise ConfigError(f"ood_data: {e}") from None
     return rows
+
+
+def classes_of(cfg: TrainConfig) -> frozenset[int] | None:
+    """The integer labels the config's classification task scores (None for the other tasks)."""
+    from paczero.tasks.data import class_labels
+
+    return class_labels(cfg.task, cfg.verbalizer, cfg.labels)
 
 
 def refuse_in_memory(record: dict, run: str, what: str, data_given: bool = False) -> None:

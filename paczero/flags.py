@@ -210,12 +210,13 @@ def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
     import sys
     from pathlib import Path
 
-    from paczero.tasks.data import canonical_task, sizes_for_file
+    from paczero.tasks.data import canonical_task, class_labels, sizes_for_file
 
     if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file():
         return cfg
     sizes = sizes_for_file(canonical_task(cfg.task), Path(cfg.data).expanduser(),
-                           {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels)
+                           {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels,
+                           class_labels(cfg.task, cfg.verbalizer, cfg.labels))
     if sizes is None:
         return cfg
     line = (f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "

@@ -188,6 +188,8 @@ def test_a_dataframe_a_list_of_dicts_and_a_file_give_the_dataset_s_examples(tmp_
     (dict(tokenizer=object()), "tokenizer must be a transformers tokenizer object"),
     (dict(steps=0), "steps must be an integer >= 1"),
     (dict(learning_rate=1e-3), "unknown setting(s) learning_rate"),
+    (dict(eval_dataset=[{"sentence": "x", "label": 0}, {"sentence": "y", "label": 3}]),
+     "eval_dataset record 2: label 3 is not one of the labels the verbalizer scores (0, 1); give a verbalizer={...}"),
 ])
 def test_bad_input_is_one_config_error_line(tmp_path, tokenizer, kwargs, needle):
     kwargs = {"model": _model(tokenizer), "tokenizer": tokenizer, "train_dataset": _dataset(), **kwargs}
