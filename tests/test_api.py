@@ -101,6 +101,33 @@ def test_eval_and_audit_refuse_a_run_on_objects_in_memory_in_one_line(tmp_path, 
         assert "trained on objects given in memory (model, tokenizer, data)" in err and "\n" not in err
 
 
+def test_eval_of_a_released_adapter_knows_a_base_loaded_from_the_offline_smollm2(tmp_path, tokenizer):
+    """A model object loaded from paczero's offline SmolLM2 folder (its name_or_path, as
+    load_model('smollm2-135m-instruct') gives it; here a tiny model that says so) trains LoRA adapters;
+    `paczero eval RUN/model --data FILE` then finds the base by name (task.json) and asks for no
+    --base-model, while an object with any other name_or_path still needs it. Red if every model given in
+    memory counts as unpublished."""
+    from paczero.models import SMOLLM2, cache_dir
+    from paczero.release import released_config
+
+    data = tmp_path / "heldout.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    for name_or_path, known in ((str(cache_dir() / SMOLLM2), True), ("my/own-model", False)):
+        model = _model(tokenizer)
+        model.config._name_or_path = name_or_path
+        run = PACZeroTrainer(model=model, tokenizer=tokenizer, train_dataset=_dataset(), track="lora",
+                             out_dir=str(tmp_path / name_or_path.replace("/", "_")),
+                             **{**SMALL, "steps": 1}).train(log=_quiet).run_dir
+        task = json.loads((run / "model" / "task.json").read_text())
+        if known:
+            assert task["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+            assert released_config(run / "model", {"data": str(data)}).model == SMOLLM2
+        else:
+            assert task["base_model"] is None
+            with pytest.raises(ConfigError, match="give --base-model"):
+                released_config(run / "model", {"data": str(data)})
+
+
 def test_a_stopped_run_resumes_from_its_checkpoint_to_the_uninterrupted_weights(tmp_path, tokenizer, monkeypatch):
     """Stop at step 3 (a SIGTERM after step 3's checkpoint decision: the newest checkpoint is step 2's and
     the journal's record of step 3 is replayed), resume through the same trainer (its model is now the peft
