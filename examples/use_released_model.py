@@ -77,14 +77,22 @@ def prompt_ids(task: dict, tokenizer, example: dict, room: int) -> list[int]:
 
 
 @torch.inference_mode()
-def option_scores(model, prompt: list[int], options: list[list[int]]) -> list[float]:
-    """The mean log-probability of each option's tokens after ``prompt``."""
+def option_scores(model, rows: list[tuple[list[int], list[int]]]) -> list[float]:
+    """The mean log-probability of each row's option tokens after its prompt (a row: ``(prompt, option)``),
+    every row in one forward: right-padded (a causal model's real tokens never see the padding after them, so
+    any token id pads), and the log-softmax taken only where an option token is predicted."""
+    width = max(len(prompt) + len(option) for prompt, option in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (prompt, option) in enumerate(rows):
+        ids[i, :len(prompt) + len(option)] = torch.tensor(prompt + option)
+        mask[i, :len(prompt) + len(option)] = 1
+    logits = model(input_ids=ids, attention_mask=mask).logits
     scores = []
-    for option in options:
-        ids = torch.tensor([prompt + option])
-        logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
-        positions = range(len(prompt) - 1, len(prompt) - 1 + len(option))  # position i predicts token i + 1
-        scores.append(sum(logprobs[p, t].item() for p, t in zip(positions, option)) / len(option))
+    for i, (prompt, option) in enumerate(rows):
+        positions = torch.arange(len(prompt) - 1, len(prompt) - 1 + len(option))  # position p predicts token p + 1
+        logprobs = torch.log_softmax(logits[i, positions].float(), dim=-1)
+        scores.append(logprobs[torch.arange(len(option)), torch.tensor(option)].mean().item())
     return scores
 
 
@@ -96,18 +104,24 @@ def label_of(task: dict, value) -> int:
     return int(value)
 
 
-def accuracy(model, tokenizer, task: dict, examples: list[dict]) -> float:
-    """The fraction of ``examples`` whose highest-scoring option is their label's."""
+def accuracy(model, tokenizer, task: dict, examples: list[dict], token_budget: int = 2048) -> float:
+    """The fraction of ``examples`` whose highest-scoring option is their label's; the examples' (prompt,
+    option) rows are scored in batches of about ``token_budget`` tokens."""
     if task["kind"] != "classification":
         raise SystemExit(f"this script scores classification; this model's task is {task['kind']!r} "
                          f"(task.json and the model card say how its prompts and answers are built)")
     labels = sorted(int(k) for k in task["verbalizer"])
     options = [tokenizer(task["verbalizer"][str(k)], add_special_tokens=False)["input_ids"] for k in labels]
     room = task["max_length"] - (max(len(o) for o in options) - 1)
+    prompts = [prompt_ids(task, tokenizer, example, room) for example in examples]
+    per_example = max(1, token_budget // (max(map(len, prompts)) + max(map(len, options))) // len(options))
     correct = 0
-    for example in examples:
-        scores = option_scores(model, prompt_ids(task, tokenizer, example, room), options)
-        correct += labels[max(range(len(scores)), key=scores.__getitem__)] == label_of(task, example["label"])
+    for start in range(0, len(examples), per_example):
+        batch = range(start, min(start + per_example, len(examples)))
+        scores = option_scores(model, [(prompts[i], option) for i in batch for option in options])
+        for j, i in enumerate(batch):
+            mine = scores[j * len(options):(j + 1) * len(options)]
+            correct += labels[max(range(len(mine)), key=mine.__getitem__)] == label_of(task, examples[i]["label"])
     return correct / len(examples)
 
 

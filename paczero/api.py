@@ -37,24 +37,34 @@ _SPLITS = (("train_dataset", "train"), ("eval_dataset", "validation"), ("test_da
 class TrainResult:
     """What :meth:`PACZeroTrainer.train` returns."""
     model: Any          # the trained model, holding the released weights (the peft wrapper on track lora)
-    summary: dict       # summary.json's content; {"stopped_at", "out_dir"} for a run stopped early
+    summary: dict       # summary.json's content; {"stopped_at", "out_dir", "privacy"} for a run stopped early
     run_dir: Path       # the run folder: checkpoints, log, journal, summary, model/ with its card
     config: TrainConfig  # the configuration the run recorded (model: the object's name_or_path)
 
     @property
     def stopped(self) -> bool:
-        """Whether the run stopped before its last step (SIGTERM, Ctrl-C); ``resume=True`` continues it."""
+        """Whether the run stopped before its last step (SIGTERM, Ctrl-C); ``train(resume=True)`` continues it."""
         return "stopped_at" in self.summary
 
     @property
-    def privacy(self) -> dict | None:
-        """The privacy statement's numbers (``mi_bound``, ``mia_bound``, ...); None for a stopped run."""
-        return self.summary.get("privacy")
+    def privacy(self) -> dict:
+        """The privacy statement's numbers (``mi_bound``, ``mia_bound``, ...); for a stopped run, those of
+        the steps it ran (its weights are post-processing of their releases)."""
+        return self.summary.get("privacy") or {}
 
     @property
-    def statement(self) -> str | None:
-        """The privacy statement in words, as the model card states it; None for a stopped run."""
-        return self.summary.get("privacy_text")
+    def statement(self) -> str:
+        """The privacy statement in words, as the model card states it; for a stopped run, how to go on."""
+        if self.stopped:
+            return (f"The run in {self.summary['out_dir']} stopped at step {self.summary['stopped_at']} of "
+                    f"{self.config.steps}, before its test evaluation and release (no model card, no privacy "
+                    f"statement yet): {RESUME_WORDS}.")
+        return self.summary.get("privacy_text") or ""
+
+
+#: how a stopped run goes on, in this API's words
+RESUME_WORDS = ("trainer.train(resume=True) continues it (the same trainer, or a PACZeroTrainer given the same "
+                "objects and out_dir)")
 
 
 class PACZeroTrainer:
@@ -113,6 +123,12 @@ class PACZeroTrainer:
             cfg = _describe(cfg, self.model, self.tokenizer)
         cfg = cfg.validate()
         examples = _examples(cfg, self.datasets, self._sizes)
+        if examples is not None:  # the sizes used, as run.json, the statement, the card and the summary state them
+            cfg = cfg.replace(**dict(zip(("n_train", "n_dev", "n_test"), map(len, examples))))
+        elif not self._sizes:  # a data file too small for the default sizes is used as given, as on the command line
+            from paczero.flags import sizes_as_given
+
+            cfg = sizes_as_given(cfg, say=lambda line: log(in_api_words(line)))
         note = _data_use(self.datasets, examples)
         if note:
             log(f"paczero: data: {note}")
@@ -120,7 +136,7 @@ class PACZeroTrainer:
         if given.names():
             _single_process()
         check_push_possible(cfg)
-        summary = train(cfg, log=log, given=given)
+        summary = train(cfg, log=lambda line: log(in_api_words(line)), given=given)
         if cfg.push_to_hub is not None and "stopped_at" not in summary:
             push_finished_run(cfg, log=log)
         if self.model is not None:  # a later call (resume) goes on with the model this one trained
@@ -134,6 +150,7 @@ _API_WORDS = [
     (r"--columns \w+=\w+ \(Python: (columns=\{[^}]*\})\)", r"\1"),
     (r"--labels \(e\.g\. --labels ([\w-]+(?:,[\w-]+)*)\)",
      lambda m: "labels=[...] (e.g. labels=" + repr(m.group(1).split(",")) + ")"),
+    (r"continue with --resume", RESUME_WORDS),
     (r"--resume --out-dir ('[^']*'|\S+)", r"resume=True with out_dir=\1"),
     (r"--out-dir (\S+)", r"out_dir=\1"),
     (r"--overwrite\b", "overwrite=True"),
@@ -141,6 +158,8 @@ _API_WORDS = [
     (r"--data (PATH|FILE)\b", r"data=\1 (or train_dataset=...)"),
     (r"--labels\b", "labels=[...]"),
     (r"--columns\b", "columns={...}"),
+    (r"--verbalizer\b", "verbalizer={...}"),
+    (r"--n-(train|dev|test)\b", r"n_\1"),
 ]
 
 
@@ -230,7 +249,7 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any],
     """(train, dev, test) examples of the datasets given, normalised as a data file with the same rows; None
     when none is given. ``sizes``: the sample sizes of ``cfg`` the caller set; every other split takes every
     row given (train_dataset alone: a fifth for test, a fifth of the rest for dev, unless set)."""
-    from paczero.tasks.data import canonical_task, split_records
+    from paczero.tasks.data import canonical_rows, canonical_task, class_labels, split_records
 
     if datasets["train_dataset"] is None:
         if any(v is not None for v in datasets.values()):
@@ -257,9 +276,12 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any],
                    + [{**row, "split": "validation"} for row in given["eval_dataset"]]
                    + [{**row, "split": "test"} for row in test])
         where = " + ".join(given)
+    task, classes = canonical_task(cfg.task), class_labels(cfg.task, cfg.verbalizer, cfg.labels)
     try:
-        return split_records(canonical_task(cfg.task), records, where, n["n_train"], n["n_dev"], n["n_test"],
-                             cfg.data_seed, cfg.columns or {}, cfg.labels)
+        for name, rows in given.items():  # each dataset checked apart: a message names its own row
+            canonical_rows(task, rows, name, cfg.columns or {}, cfg.labels, classes)
+        return split_records(task, records, where, n["n_train"], n["n_dev"], n["n_test"], cfg.data_seed,
+                             cfg.columns or {}, cfg.labels, classes)
     except ConfigError:
         raise
     except ValueError as e:

@@ -110,7 +110,7 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
     else:
         train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                 n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns,
-                                                labels=cfg.labels)
+                                                labels=cfg.labels, classes=classes_of(cfg))
     if examples is None and len(train_ex) < 2:
         raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
     if given.tokenizer is not None:  # a copy: the caller's own tokenizer keeps its padding side
@@ -159,10 +159,18 @@ def _ood_examples(cfg: TrainConfig) -> list:
     has_split = bool(records) and "split" in records[0]
     try:
         _, _, rows = load_splits(cfg.task, source=str(path), n_train=0, n_dev=0, columns=cfg.columns,
-                                 n_test=None if has_split else len(records), labels=cfg.labels)
+                                 n_test=None if has_split else len(records), labels=cfg.labels,
+                                 classes=classes_of(cfg))
     except ValueError as e:
         raise ConfigError(f"ood_data: {e}") from None
     return rows
+
+
+def classes_of(cfg: TrainConfig) -> frozenset[int] | None:
+    """The integer labels the config's classification task scores (None for the other tasks)."""
+    from paczero.tasks.data import class_labels
+
+    return class_labels(cfg.task, cfg.verbalizer, cfg.labels)
 
 
 def refuse_in_memory(record: dict, run: str, what: str, data_given: bool = False) -> None:
@@ -231,6 +239,7 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
     setup, value, problem = None, None, None
     try:
         setup = build(cfg, given=given)
+        check_sizes(setup)
         value = {"examples": data_fingerprint(setup), "tokens": tokens_fingerprint(setup)}
         recorded = None if resumed_run is None else resumed_run.get("data_fingerprint")
         if recorded is not None and recorded != value["examples"]:
@@ -239,6 +248,39 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
         problem = e
     dp.agree("data", value, problem)
     return setup, value["examples"]
+
+
+def split_sizes(setup: Setup) -> dict[str, int]:
+    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state."""
+    return {"universe": len(setup.universe), "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
+
+
+#: fewer dev or test rows than this and a run says once that their scores resolve little
+RESOLVING_ROWS = 50
+
+
+def small_splits_note(setup: Setup) -> str | None:
+    """One line for a run whose dev or test set has fewer than RESOLVING_ROWS rows: a score on n rows moves
+    in steps of 1/n and its 95 % interval spans about ±1/sqrt(n) (a proportion near 0.5: 1.96 * 0.5/sqrt(n)),
+    so such a run's dev selection and test scores tell apart only large differences."""
+    small = {name: n for name, n in split_sizes(setup).items() if name != "universe" and n < RESOLVING_ROWS}
+    if not small:
+        return None
+    sets = " and ".join(f"{name} {n} rows" for name, n in small.items())
+    spans = ", ".join(f"±{0.98 / n ** 0.5:.0%} on {name}" for name, n in small.items() if n)
+    how = ("more rows in eval_dataset and test_dataset, or n_dev and n_test" if "data" in setup.in_memory else
+           "a file with more rows, or --n-dev and --n-test")
+    return (f"paczero: data: {sets}: their scores resolve little (a 95 % interval spans about {spans}); "
+            f"at least {RESOLVING_ROWS} rows each ({how}) resolve more")
+
+
+def check_sizes(setup: Setup) -> None:
+    """The config records the sizes the run uses (its ``n_train``, ``n_dev``, ``n_test`` are what run.json,
+    the privacy statement and the model card state): a run whose examples have other sizes is a bug."""
+    cfg, sizes = setup.cfg, split_sizes(setup)
+    stated = {"universe": cfg.n_train, "dev": cfg.n_dev, "test": cfg.n_test if cfg.n_test is not None else sizes["test"]}
+    if sizes != stated:
+        raise RuntimeError(f"the run's examples ({sizes}) are not the sizes its config states ({stated})")
 
 
 def step_batches(task, universe: list, full_batches: list, idx, token_budget: int) -> tuple[list, int]:

@@ -27,6 +27,9 @@ class UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):  # a flag is named whole: a prefix (--num-subset) is not taken for one
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
+
     def error(self, message: str) -> typing.NoReturn:  # one line, exit 2
         raise UsageError(message + self._did_you_mean(message))
 

@@ -80,11 +80,12 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
 
 def _whole_file(cfg: TrainConfig) -> tuple[list, list, list]:
     """Every example of ``cfg.data`` (its test rows where it has a split column), as the test set."""
+    from paczero.build import classes_of
     from paczero.tasks import load_splits
     from paczero.tasks.data import read_records
 
     records = read_records(Path(cfg.data))
     has_split = bool(records) and "split" in records[0]
     _, _, rows = load_splits(cfg.task, source=cfg.data, n_train=0, n_dev=0, columns=cfg.columns,
-                             n_test=None if has_split else len(records), labels=cfg.labels)
+                             n_test=None if has_split else len(records), labels=cfg.labels, classes=classes_of(cfg))
     return [], [], rows

@@ -165,38 +165,62 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
     config = getattr(ns, "config", None)
     if recipe and config:
         raise ConfigError("give --recipe or --config, not both")
+    fields = set(TrainConfig.field_names())
+    given = {k: v for k, v in vars(ns).items() if k in fields}
+    if given.get("resume"):  # the run's own settings first: `--out-dir RUN --resume` needs no other flag
+        values.update(recorded_settings(given.get("out_dir", TrainConfig.out_dir)))
     if recipe:
         values.update(load_yaml(resolve_recipe(recipe)))
     if config:
         values.update(load_yaml(config))
-    fields = set(TrainConfig.field_names())
-    values.update({k: v for k, v in vars(ns).items() if k in fields})
+    values.update(given)
     if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
         check_data_given(resolve_recipe(recipe), values, "--data PATH")
     cfg = TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
     if not set(SIZES) & set(values):
-        cfg = _sizes_as_given(cfg)
+        cfg = sizes_as_given(cfg)
     return cfg
 
 
 SIZES = ("n_train", "n_dev", "n_test")
+#: settings of a run that a resume does not take from its run.json: how this process writes the folder
+_NOT_RESUMED = ("out_dir", "overwrite", "resume")
 
 
-def _sizes_as_given(cfg: TrainConfig, echo=None) -> TrainConfig:
+def recorded_settings(out_dir: str) -> dict[str, Any]:
+    """The settings of the run in ``out_dir`` as its run.json records them (none where it holds no run: the
+    resume then says so), but for where and how this process writes. Flags and files given with
+    ``--resume`` go on top of them; a setting that then differs from the run's is refused as before."""
+    from pathlib import Path
+
+    path = Path(out_dir).expanduser() / "run.json"
+    try:
+        saved = json.loads(path.read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(saved, dict):
+        return {}
+    return {k: v for k, v in saved.items() if k in TrainConfig.field_names() and k not in _NOT_RESUMED}
+
+
+def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
     """With no sample size set anywhere, a local data file too small for the default sizes is used as given
-    (:func:`paczero.tasks.data.sizes_for_file`); one line on stderr says how, and the config records it."""
+    (:func:`paczero.tasks.data.sizes_for_file`); one line (``say``; default: stderr) says how, and the config
+    records it."""
     import sys
     from pathlib import Path
 
-    from paczero.tasks.data import canonical_task, sizes_for_file
+    from paczero.tasks.data import canonical_task, class_labels, sizes_for_file
 
     if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file():
         return cfg
     sizes = sizes_for_file(canonical_task(cfg.task), Path(cfg.data).expanduser(),
-                           {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels)
+                           {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels,
+                           class_labels(cfg.task, cfg.verbalizer, cfg.labels))
     if sizes is None:
         return cfg
-    print(f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "
-          f"{cfg.n_dev}): U = {sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
-          "data_seed (--n-train, --n-dev and --n-test choose)", file=echo or sys.stderr)
+    line = (f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "
+            f"{cfg.n_dev}): U = {sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
+            "data_seed (--n-train, --n-dev and --n-test choose)")
+    (say or (lambda text: print(text, file=sys.stderr)))(line)
     return cfg.replace(**sizes).validate()

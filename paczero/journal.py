@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.checkpoint import PRIVATE_DIR, CheckpointError, decode, encode, list_checkpoints, private_dir
-from paczero.config import ConfigError, TrainConfig
+from paczero.config import DP_MECHANISMS, MI_BUDGETED, ConfigError, TrainConfig
 
 NAME = f"{PRIVATE_DIR}/journal.jsonl"
 OLD_NAME = "journal.jsonl"  # where runs written by paczero 0.1 keep it (read and continued there)
@@ -44,8 +44,8 @@ OLD_NAME = "journal.jsonl"  # where runs written by paczero 0.1 keep it (read an
 RESUME_FREE = frozenset({"device", "device_map", "compile", "progress", "report_to", "checkpoint_every",
                          "eval_zero_shot", "out_dir", "overwrite", "resume", "push_to_hub", "hub_private"})
 
-__all__ = ["NAME", "RESUME_FREE", "Journal", "journal_path", "ResumePoint", "check_resumed_config", "read_jsonl", "recorded_data",
-           "resume_point"]
+__all__ = ["NAME", "RESUME_FREE", "Journal", "journal_path", "ResumePoint", "check_resumed_config", "extends",
+           "read_jsonl", "recorded_data", "resume_point"]
 
 
 def journal_path(run_dir: Path) -> Path:
@@ -127,12 +127,25 @@ def check_resumed_config(saved: dict[str, Any], cfg: TrainConfig) -> None:
     defaults = TrainConfig().to_dict()
     now = json.loads(json.dumps(cfg.to_dict()))  # as run.json holds it (verbalizer keys as strings)
     differ = [key for key in now if key not in RESUME_FREE and saved.get(key, defaults[key]) != now[key]]
+    if differ == ["steps"] and extends(saved.get("steps", defaults["steps"]), cfg):
+        return
     if differ:
         values = "; ".join(f"{key} {saved.get(key, defaults[key])!r} there, {now[key]!r} now"
                            for key in differ if key != "private_seed")  # under torchrun: sent to every rank
+        why = "" if differ != ["steps"] else (
+            " (steps may grow only for mechanisms whose releases do not depend on the run's length, with a "
+            "constant learning rate: not for an MI budget or a DP accounting spread over the steps)")
         raise ConfigError(f"cannot resume: {', '.join(differ)} differ{'s' if len(differ) == 1 else ''} from the "
-                          f"original run" + (f" ({values})" if values else "") + "; resume with the original "
+                          f"original run" + (f" ({values})" if values else "") + why + "; resume with the original "
                           "values (run.json holds them), or start a new run in another folder")
+
+
+def extends(steps: int, cfg: TrainConfig) -> bool:
+    """Whether ``cfg`` continues a run of ``steps`` steps to more steps, where its releases would be the same
+    in a run planned that long from the start: a mechanism that does not spread an MI budget or a DP
+    accounting over the steps (PAC-ZPL, MeZO, the non-private references) and a constant learning rate."""
+    return (cfg.steps > steps and cfg.mechanism not in MI_BUDGETED + DP_MECHANISMS
+            and cfg.lr_schedule == "constant")
 
 
 @dataclass

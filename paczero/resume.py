@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.build import load_trainable
-from paczero.checkpoint import load_latest_checkpoint
+from paczero.checkpoint import atomic_json, load_latest_checkpoint
 from paczero.config import ConfigError
 from paczero.journal import ResumePoint, read_jsonl, resume_point
 
@@ -83,6 +83,7 @@ def restore(run, resumed: Resumed) -> None:
             f"cannot resume: steps {run.weights_step + 1}..{run.start} must be replayed along the original run's "
             f"directions ({was}), and this process draws z from {now}")
         run.ranks.agree("directions", now, problem)  # every rank stops with this line
+    _record_length(run)
     _complete_log(run.run_dir / "log.jsonl", point)
     run.best = _best_from_evals(run.run_dir / "evals.jsonl", run.start)
     replayed = run.start - run.weights_step
@@ -94,6 +95,20 @@ def restore(run, resumed: Resumed) -> None:
     elif was != now:
         _log.warning(f"the directions now come from {now} ({was} in the original run): "
                      "the resumed steps follow other, equally public, directions")
+
+
+def _record_length(run) -> None:
+    """A run continued to more steps than run.json records (:func:`paczero.journal.extends`) records its new
+    length there, and its earlier ones (``extended_from``): a later ``--resume`` goes on to the new length."""
+    path = run.run_dir / "run.json"
+    record = json.loads(path.read_text())
+    was = record["config"].get("steps")
+    if was == run.cfg.steps:
+        return
+    record["config"]["steps"] = run.cfg.steps
+    record["extended_from"] = [*record.get("extended_from", []), was]
+    atomic_json(path, record)
+    run.log(f"extending the run from {was} to {run.cfg.steps} steps")
 
 
 def replay(run, resumed: Resumed) -> None:

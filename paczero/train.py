@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, step_batches,
-                           trainable_state)
+from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable,
+                           small_splits_note, split_sizes, step_batches, trainable_state)
 from paczero import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
                                 save_weights, set_times)
@@ -250,6 +250,8 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
 
     t_setup = time.time()
     setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None, given)
+    if small_splits_note(setup):  # dev or test under 50 rows: said once
+        log(small_splits_note(setup))
     params = trainable_parameters(setup.model, cfg.track)
     perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches,
                           token_budget=cfg.token_budget)
@@ -353,7 +355,9 @@ def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
         publish(run.run_dir, run.out_dir)
     elif not stopped and _private_batches(run.cfg):  # a DP run an earlier paczero began in place: one time for all
         set_times(run.run_dir, time.time())
-    return {"stopped_at": done, "out_dir": str(run.out_dir)} if stopped else summary
+    if stopped:  # the guarantee so far: the weights of a stopped run are post-processing of its releases
+        return {"stopped_at": done, "out_dir": str(run.out_dir), "privacy": run.mechanism.privacy_statement()}
+    return summary
 
 
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
@@ -390,6 +394,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "test": test,
         "privacy": statement,
         "privacy_text": privacy_statement_text(statement, cfg),
+        "sizes": split_sizes(setup),  # the universe, dev and test sets' rows (the config's n_train, n_dev, n_test)
         "train_seconds": None if _private_batches(cfg) else seconds,  # DP: time grows with the private batches
         "seconds_per_step": None if _private_batches(cfg) else seconds / cfg.steps,
         "environment": environment(setup.device),

@@ -101,13 +101,41 @@ def test_eval_and_audit_refuse_a_run_on_objects_in_memory_in_one_line(tmp_path, 
         assert "trained on objects given in memory (model, tokenizer, data)" in err and "\n" not in err
 
 
+def test_eval_of_a_released_adapter_knows_a_base_loaded_from_the_offline_smollm2(tmp_path, tokenizer):
+    """A model object loaded from paczero's offline SmolLM2 folder (its name_or_path, as
+    load_model('smollm2-135m-instruct') gives it; here a tiny model that says so) trains LoRA adapters;
+    `paczero eval RUN/model --data FILE` then finds the base by name (task.json) and asks for no
+    --base-model, while an object with any other name_or_path still needs it. Red if every model given in
+    memory counts as unpublished."""
+    from paczero.models import SMOLLM2, cache_dir
+    from paczero.release import released_config
+
+    data = tmp_path / "heldout.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    for name_or_path, known in ((str(cache_dir() / SMOLLM2), True), ("my/own-model", False)):
+        model = _model(tokenizer)
+        model.config._name_or_path = name_or_path
+        run = PACZeroTrainer(model=model, tokenizer=tokenizer, train_dataset=_dataset(), track="lora",
+                             out_dir=str(tmp_path / name_or_path.replace("/", "_")),
+                             **{**SMALL, "steps": 1}).train(log=_quiet).run_dir
+        task = json.loads((run / "model" / "task.json").read_text())
+        if known:
+            assert task["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+            assert released_config(run / "model", {"data": str(data)}).model == SMOLLM2
+        else:
+            assert task["base_model"] is None
+            with pytest.raises(ConfigError, match="give --base-model"):
+                released_config(run / "model", {"data": str(data)})
+
+
 def test_a_stopped_run_resumes_from_its_checkpoint_to_the_uninterrupted_weights(tmp_path, tokenizer, monkeypatch):
     """Stop at step 3 (a SIGTERM after step 3's checkpoint decision: the newest checkpoint is step 2's and
     the journal's record of step 3 is replayed), resume through the same trainer (its model is now the peft
     model the first call returned), and compare with a straight run of the same objects bit for bit:
     weights and transcript. Red if the API's resume starts the run over (or writes a second one) instead
     of continuing from the checkpoint and the journal, if a replayed or resumed step differs from the
-    straight run's, or if the next call does not train the peft model the stopped call returned."""
+    straight run's, if the next call does not train the peft model the stopped call returned, or if the
+    stopped result names the command line's --resume or holds None where the README reads a value."""
     from safetensors.torch import load_file
 
     import paczero.train as tr
@@ -133,9 +161,15 @@ def test_a_stopped_run_resumes_from_its_checkpoint_to_the_uninterrupted_weights(
     trainer = PACZeroTrainer(model=_model(tokenizer), tokenizer=tokenizer, train_dataset=_dataset(),
                              out_dir=str(tmp_path / "stopped"), **cfg)
     monkeypatch.setattr(tr, "_progress", stopping_progress)
-    first = trainer.train(log=_quiet)
+    lines = []
+    first = trainer.train(log=lines.append)
     monkeypatch.setattr(tr, "_progress", progress)
-    assert first.stopped and first.summary["stopped_at"] == 3 and first.statement is None
+    assert first.stopped and first.summary["stopped_at"] == 3
+    # the stopped result says how to go on in this API's words, and the README's reads find values
+    assert "stopped at step 3" in first.statement and "trainer.train(resume=True)" in first.statement
+    assert "--" not in first.statement and "--" not in "".join(lines)
+    assert any("trainer.train(resume=True)" in line for line in lines)
+    assert first.privacy["mi_bound"] == 0.2 and 0.5 < first.privacy["mia_bound"] < 1
     assert trainer.model is first.model  # the peft wrapper the first call built
     resumed = trainer.train(resume=True, log=_quiet)
     assert not resumed.stopped and resumed.model is first.model
@@ -181,6 +215,8 @@ def test_a_dataframe_a_list_of_dicts_and_a_file_give_the_dataset_s_examples(tmp_
     (dict(tokenizer=object()), "tokenizer must be a transformers tokenizer object"),
     (dict(steps=0), "steps must be an integer >= 1"),
     (dict(learning_rate=1e-3), "unknown setting(s) learning_rate"),
+    (dict(eval_dataset=[{"sentence": "x", "label": 0}, {"sentence": "y", "label": 3}]),
+     "eval_dataset record 2: label 3 is not one of the labels the verbalizer scores (0, 1); give a verbalizer={...}"),
 ])
 def test_bad_input_is_one_config_error_line(tmp_path, tokenizer, kwargs, needle):
     kwargs = {"model": _model(tokenizer), "tokenizer": tokenizer, "train_dataset": _dataset(), **kwargs}
@@ -235,6 +271,34 @@ def test_the_datasets_handed_over_are_used_as_given(tmp_path, tokenizer):
     assert use.startswith("U = 40 rows of train_dataset; dev (selects the released weights) = 10 rows of eval_dataset")
     assert f"paczero: data: {use}" in lines
     assert result.summary["test"] and result.summary["dev"]
+
+
+def test_the_statement_card_and_summary_state_the_sizes_the_run_used(tmp_path, tokenizer):
+    """40 training rows and 10 eval rows (no test_dataset: the final evaluation reuses them), no sizes set:
+    run.json, summary.json, the privacy statement and the model card all say 40 and 10, counted here from
+    the rows handed over. Red if the config's defaults (n_train 1000, n_dev 500) reach any of them (the
+    API did not record the sizes it used), or if the card leaves the test set's size out."""
+    import re
+
+    eval_rows = [{"sentence": f"held out {i}", "label": i % 2} for i in range(10)]
+    settings = {k: v for k, v in SMALL.items() if k not in ("n_train", "n_dev", "n_test")}
+    result = PACZeroTrainer(model=_model(tokenizer), tokenizer=tokenizer, train_dataset=ROWS, eval_dataset=eval_rows,
+                            out_dir=str(tmp_path / "run"), **settings).train(log=_quiet)
+    n_train, n_dev = len(ROWS), len(eval_rows)
+    run = json.loads((result.run_dir / "run.json").read_text())
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert run["universe_size"] == n_train
+    for config in (run["config"], summary["config"], result.config.to_dict()):
+        assert (config["n_train"], config["n_dev"], config["n_test"]) == (n_train, n_dev, n_dev)
+    assert summary["sizes"] == {"universe": n_train, "dev": n_dev, "test": n_dev}
+    statement = summary["privacy_text"]
+    assert f"{n_train}-example universe" in statement and f"{n_dev} dev examples" in statement, statement
+    card = (result.run_dir / "model" / "README.md").read_text()
+    assert (f"a training universe of {n_train} examples, {n_dev} dev examples (selection), {n_dev} test examples"
+            in card), card
+    assert statement in card
+    for text in (statement, card):
+        assert not re.search(r"\b(1000|500)\b", text)
 
 
 def test_bad_input_speaks_of_the_api_s_arguments_not_the_command_line_s_flags(tmp_path, tokenizer):

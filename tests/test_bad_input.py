@@ -428,3 +428,45 @@ def test_a_mistyped_flag_or_column_gets_a_hint(tmp_path, capsys):
                  "--model", "tiny-llama", "--out-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "map it with --columns sentence=review" in err
+
+
+@pytest.mark.parametrize("sizes", [[], ["--n-train", "20", "--n-dev", "5", "--n-test", "5"]])
+def test_a_label_the_verbalizer_does_not_score_is_refused_with_its_row_before_anything_loads(
+        tmp_path, capsys, monkeypatch, sizes):
+    """A 0/1 sentiment file whose 7th record has label 2: one line naming the file's record 7 and the labels
+    the verbalizer scores, exit code 2, before any tokenizer or model loads and before the run folder is
+    made, with the sizes as given or set. Red if the check waits for the tokenised task (the message then
+    names the example's position in the sample, after the tokenizer loaded)."""
+    import paczero.models
+
+    loaded = []
+    monkeypatch.setattr(paczero.models, "load_tokenizer", lambda *a, **k: loaded.append(a) or 1 / 0)
+    monkeypatch.setattr(paczero.models, "load_model", lambda *a, **k: loaded.append(a) or 1 / 0)
+    rows = [f"review number {i},{2 if i == 6 else i % 2}" for i in range(40)]
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "never"
+    assert main(["train", "--task", "sst2", "--data", str(tmp_path / "reviews.csv"), "--columns", "sentence=text",
+                 "--model", "tiny-llama", "--out-dir", str(out), *sizes]) == 2
+    err = _one_error_line(capsys)
+    assert "reviews.csv record 7: label 2 is not one of the labels the verbalizer scores (0, 1)" in err, err
+    assert not loaded and not out.exists()
+
+
+def test_a_flag_is_named_whole_and_a_short_model_name_is_named_in_full(tmp_path, capsys, caplog):
+    """`--num-subset` (a prefix of --num-subsets) is refused in one line that names the flag meant, not
+    taken for it; `smollm2-135m` is the offline Instruct model, and one warning line says so (once). Red if
+    argparse's prefix matching is on, or if the short name maps silently."""
+    import logging
+
+    import paczero.models
+
+    assert main(["train", "--num-subset", "8", "--print-config"]) == 2
+    err = _one_error_line(capsys)
+    assert "unrecognized arguments: --num-subset 8" in err and "--num-subsets" in err
+    paczero.models._ALIASES_NAMED.discard("smollm2-135m")
+    with caplog.at_level(logging.WARNING, logger="paczero"):
+        paczero.models.check_model_source("smollm2-135m")
+        paczero.models.check_model_source("smollm2-135m")
+    said = [r.getMessage() for r in caplog.records if "smollm2-135m" in r.getMessage()]
+    assert said == ["model 'smollm2-135m' is 'smollm2-135m-instruct', the Instruct model (paczero's offline copy); "
+                    "the base model SmolLM2-135M is the hub's HuggingFaceTB/SmolLM2-135M"]

@@ -198,6 +198,53 @@ def test_slurm_warning_then_time_limit_mid_step_checkpoints_and_resumes(referenc
     _assert_same_run(out, reference)
 
 
+def test_a_stopped_run_resumes_with_out_dir_and_resume_alone(reference, tmp_path, capsys):
+    """`paczero train --out-dir RUN --resume`, no other flag, takes the run's settings from its run.json and
+    ends where the uninterrupted run does; a flag given alongside that differs from the run's is refused as
+    before (one line naming it), and one that agrees is accepted (--print-config shows the run's settings). Red if the resume reads its settings from
+    the defaults (a dozen settings differ: refused) or lets a differing flag through."""
+    out = tmp_path / "run"
+    p = _spawn(tmp_path, out, "term_mid_step", 4)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr[-2000:]
+    capsys.readouterr()
+    assert main(["train", "--out-dir", str(out), "--resume", "--lr", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("paczero: error: cannot resume: lr differs") and "\n" not in err, err
+    assert main(["train", "--out-dir", str(out), "--resume", "--steps", str(STEPS), "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["lr"] == TrainConfig(**CFG).lr  # an agreeing flag: accepted
+    assert main(["train", "--out-dir", str(out), "--resume"]) == 0
+    _assert_same_run(out, reference)
+
+
+def test_a_finished_zpl_run_extended_with_more_steps_is_the_run_planned_that_long(tmp_path, capsys, one_thread):
+    """A finished PAC-ZPL run of 4 steps, continued with `--resume --steps 8` (no other flag), ends where a
+    run of 8 steps from the start does: transcript, evaluations, summary and weights; run.json records the
+    new length (a later `--resume` alone goes to it). The same for PAC-MI, whose MI budget is spread over the
+    planned steps, is refused in one line. Red if the extension is refused, if it does not continue the
+    journal's private state (another transcript), or if it is allowed where the releases depend on T."""
+    cfg = dict(CFG, mechanism="pac-zpl", mi_budget=None, eval_every=2)
+    straight, short = tmp_path / "straight", tmp_path / "short"
+    train(TrainConfig(out_dir=str(straight), **dict(cfg, steps=8)), log=lambda *a: None)
+    train(TrainConfig(out_dir=str(short), **dict(cfg, steps=4)), log=lambda *a: None)
+    assert main(["train", "--out-dir", str(short), "--resume", "--steps", "8"]) == 0
+    assert "extending the run from 4 to 8 steps" in capsys.readouterr().out
+    assert _transcript(short) == _transcript(straight) and len(_transcript(short)) == 8
+    assert (short / "evals.jsonl").read_text() == (straight / "evals.jsonl").read_text()
+    a, b = json.loads((short / "summary.json").read_text()), json.loads((straight / "summary.json").read_text())
+    assert (a["test"], a["selected_step"], a["privacy"]["steps"]) == (b["test"], b["selected_step"], 8)
+    wa, wb = _weights(short / "selected.safetensors"), _weights(straight / "selected.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    run = json.loads((short / "run.json").read_text())
+    assert run["config"]["steps"] == 8 and run["extended_from"] == [4]
+
+    mi = tmp_path / "mi"
+    train(TrainConfig(out_dir=str(mi), **dict(CFG, steps=2)), log=lambda *a: None)
+    assert main(["train", "--out-dir", str(mi), "--resume", "--steps", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("paczero: error: cannot resume: steps differs") and "MI budget" in err and "\n" not in err
+
+
 def test_corrupted_newest_checkpoint_falls_back(reference, tmp_path, capsys):
     out = tmp_path / "run"
     shutil.copytree(reference, out)

@@ -351,8 +351,8 @@ def test_the_report_draws_each_cells_curves_from_its_runs_logs(tmp_path, monkeyp
 def test_the_zero_shot_row_is_the_runs_base_model_figure_per_data_seed(tmp_path):
     """The base model's test accuracy, as every run measured it before its first step (summary.json zero_shot):
     one figure per data seed (the cells of a seed score the same model on the same examples), then the mean and
-    sample std over the seeds. Red if the row is missing, averages the runs instead of the seeds, or mixes data
-    seeds."""
+    sample std over the seeds. Red if the row is missing, averages the runs instead of the seeds, mixes data
+    seeds, or calls the user's own file SST-2."""
     root = tmp_path / "runs"
     head = dict(model="smollm2-135m-instruct", task="sst2", track="lora", steps=4, data=str(tmp_path / "imdb.jsonl"))
     zero = {0: 0.70, 1: 0.74, 2: 0.66}  # per data seed
@@ -368,7 +368,7 @@ def test_the_zero_shot_row_is_the_runs_base_model_figure_per_data_seed(tmp_path)
             (run / "summary.json").write_text(json.dumps(summary))
     md = (write_report(root, tmp_path / "report") / "report.md").read_text()
     row = next(line for line in md.splitlines() if line.startswith("| zero-shot |"))
-    assert "SST-2 (imdb.jsonl)" in row and "| base model, no training |" in row
+    assert "classification (imdb.jsonl)" in row and "SST-2" not in row and "| base model, no training |" in row
     assert "70.00 ± 4.00 (n=3)" in row and "60.00 ± 4.00 (n=3)" in row  # test, then dev
 
 

@@ -349,10 +349,13 @@ def _task_label(task: str) -> str:
 
 
 def task_data_label(cfg: dict) -> str:
-    """The task, and the data file's name where the run read one (``SST-2 (imdb.jsonl)``)."""
+    """The task's data set, or the kind of task and the data file's name where the run read one
+    (``classification (imdb.jsonl)``: a file of the user's is not SST-2)."""
     data = cfg.get("data")
-    return _task_label(cfg["task"]) + (f" ({str(data).replace(chr(92), '/').rsplit('/', 1)[-1]})"
-                                       if data not in (None, "demo") else "")
+    if data in (None, "demo"):
+        return _task_label(cfg["task"])
+    kind = {"sst2": "classification", "demo": "classification", "squad": "QA"}.get(cfg["task"], cfg["task"])
+    return f"{kind} ({str(data).replace(chr(92), '/').rsplit('/', 1)[-1]})"
 
 
 # ---------------------------------------------------------------------------- plots

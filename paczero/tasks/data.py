@@ -74,6 +74,7 @@ def load_splits(
     seed: int = 0,
     columns: Mapping[str, str] | None = None,
     labels: Sequence[str] | None = None,
+    classes: frozenset[int] | None = None,
 ) -> tuple[list[dict], list[dict], list[dict]]:
     """``(train, dev, test)`` lists of example dicts for ``task_name``.
 
@@ -85,6 +86,8 @@ def load_splits(
     the task default (whole split, 1000 for SQuAD, 20% when carved from one
     file). Sampling is seeded and the three splits are disjoint. ``labels`` names the classes of a
     classification task: a label that is one of the names becomes its position (integer labels stay).
+    ``classes``: the integer labels the task scores (:func:`class_labels`); a row with another label is
+    refused, naming its row of the file, before any tokenizer or model loads.
     """
     task = canonical_task(task_name)
     for name, value in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
@@ -98,7 +101,7 @@ def load_splits(
         source, columns = DEMO_PATH, {**DEMO_COLUMNS, **(columns or {})}
     if source is None:
         return _load_hub(task, n_train, n_dev, n_test, seed)
-    return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {}, labels)
+    return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {}, labels, classes)
 
 
 @contextlib.contextmanager
@@ -202,7 +205,7 @@ def _records(numbered: list[tuple[int, Any]], path: Path, unit: str) -> list[dic
     return [record for _, record in numbered]
 
 
-def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None) -> dict | None:
+def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None, classes=None) -> dict | None:
     """None when the local file ``path`` holds enough rows for ``sizes`` (n_train, n_dev, n_test); else the
     sizes that use its rows as given, as :mod:`paczero.api` uses a ``train_dataset``: a split column's
     train and test rows whole (dev: its dev rows, else a fifth of train), else a fifth of the rows for test,
@@ -211,7 +214,7 @@ def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None) -> dict 
     records = read_records(Path(path))
     try:
         split_records(task, records, str(path), sizes["n_train"], sizes["n_dev"], sizes["n_test"], seed, columns,
-                      labels)
+                      labels, classes)
         return None
     except ValueError:
         pass
@@ -222,18 +225,34 @@ def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None) -> dict 
     else:
         n_test = max(1, round(0.2 * len(records))) if len(records) > 1 else 0
         n_dev = max(1, round(0.2 * (len(records) - n_test)))
-    train, dev, test = split_records(task, records, str(path), None, n_dev, None, seed, columns, labels)
+    train, dev, test = split_records(task, records, str(path), None, n_dev, None, seed, columns, labels, classes)
     return {"n_train": len(train), "n_dev": len(dev), "n_test": len(test)}
 
 
-def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None):
-    return split_records(task, read_records(path), str(path), n_train, n_dev, n_test, seed, columns, labels)
+def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
+    return split_records(task, read_records(path), str(path), n_train, n_dev, n_test, seed, columns, labels, classes)
 
 
-def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, labels=None):
-    """``(train, dev, test)`` example lists of ``records``, the rows of a local file or of a table given in
-    memory (:mod:`paczero.api`), normalised and split alike (``where`` names them in messages): a ``split``
-    column assigns rows to splits, else test, train and dev are sampled (seeded, disjoint) from all rows."""
+def class_labels(task: str, verbalizer: Mapping | None = None, labels: Sequence[str] | None = None):
+    """The integer labels a classification task scores: its verbalizer's keys (``labels``: their positions;
+    neither: SST-2's 0 and 1); None for the other tasks (or a verbalizer the task itself will refuse)."""
+    if canonical_task(task) not in ("sst2", "demo"):
+        return None
+    if verbalizer:
+        try:
+            return frozenset(int(k) for k in verbalizer)
+        except (TypeError, ValueError):
+            return None
+    if labels:
+        return frozenset(range(len(labels)))
+    from paczero.tasks.classification import SST2_VERBALIZER
+
+    return frozenset(SST2_VERBALIZER)
+
+
+def canonical_rows(task, records, where, columns, labels=None, classes=None) -> list[dict]:
+    """The task's canonical fields of each record (``columns`` maps fields to column names), checked: a
+    missing column, an empty field or a label the task does not score is one line naming the record."""
     if not records:
         raise ValueError(f"{where} holds no examples")
     unknown = sorted(set(columns) - set(FIELDS[task]))
@@ -262,8 +281,16 @@ def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, l
         if task == "squad":
             row["id"] = str(row["id"]) if row["id"] is not None else str(i)
             row["title"] = row["title"] if row["title"] is not None else ""
-        rows.append(_canonical(task, row, where=f"{where} record {i + 1}", labels=labels))
+        rows.append(_canonical(task, row, where=f"{where} record {i + 1}", labels=labels, classes=classes))
+    return rows
 
+
+def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
+    """``(train, dev, test)`` example lists of ``records``, the rows of a local file or of a table given in
+    memory (:mod:`paczero.api`), normalised and split alike (``where`` names them in messages): a ``split``
+    column assigns rows to splits, else test, train and dev are sampled (seeded, disjoint) from all rows."""
+    rows = canonical_rows(task, records, where, columns, labels, classes)
+    present = set(records[0])
     rng = np.random.default_rng(seed)
     splits = [str(r.get("split", "")).strip().lower() for r in records] if "split" in present else None
     if splits is None:
@@ -324,7 +351,8 @@ def _sample_train_dev(pool, n_train, n_dev, rng, where):
     return train, dev
 
 
-def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequence[str] | None = None) -> dict:
+def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequence[str] | None = None,
+               classes: frozenset[int] | None = None) -> dict:
     """The task's canonical fields of ``row`` with normalised types."""
     if task == "completion":
         return _completion(row, where)
@@ -342,6 +370,10 @@ def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequ
         except (TypeError, ValueError, OverflowError, AttributeError):
             hint = "" if labels else "; name the classes with --labels (e.g. --labels negative,positive)"
             raise ValueError(f"{where}: label {_short(label)} is not an integer{hint}") from None
+        if classes is not None and label not in classes:
+            raise ValueError(f"{where}: label {label} is not one of the labels the verbalizer scores "
+                             f"({', '.join(map(str, sorted(classes)))}); give a --verbalizer option (or --labels "
+                             "name) for each label")
         return {"sentence": _text(row["sentence"], "sentence", where), "label": label}
     answers = row["answers"]
     if isinstance(answers, Mapping):  # hub format {"text": [...], "answer_start": [...]}
