@@ -31,6 +31,7 @@ from paczero import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
                                 save_weights, set_times)
 from paczero.curves import write_run_curves
+from paczero.step_record import step_record
 from paczero.config import DP_MECHANISMS, TrainConfig
 from paczero.journal import Journal, check_resumed_config, recorded_data
 from paczero.publish import make_stage, publish, working_dir
@@ -317,7 +318,7 @@ def _loop(run: Run) -> tuple[int, bool]:
                 # a Poisson-sampled batch is private: its size, its loss and the step's time (which grows with
                 # its size) are not in the DP analysis
                 train_loss, rows, seconds = None, None, None
-            record = _step_record(step, releases, mechanism, result.lr, train_loss, seconds, rows)
+            record = step_record(step, releases, mechanism, result.lr, train_loss, seconds, rows)
             run.journal.step(record, mechanism.state_dict())  # on disk before the record can be seen: final
             log_file.write(json.dumps(record) + "\n")
             log_file.flush()
@@ -465,32 +466,6 @@ def _better(dev: dict, ref: dict, metric: str) -> bool:
     return dev.get("loss", math.inf) < ref.get("loss", math.inf)
 
 
-def _step_record(step, releases, mechanism, lr, train_loss, seconds, rows) -> dict:
-    """The public per-step record: transcript values and diagnostics, no secrets."""
-    first = releases[0]
-    rec = {
-        "step": step,
-        "branch": first.branch if len(releases) == 1 else [r.branch for r in releases],
-        "bit": first.bit if len(releases) == 1 else [r.bit for r in releases],
-        "coef": first.coef if len(releases) == 1 else [r.coef for r in releases],
-        "y_tilde": first.y_tilde if len(releases) == 1 else [r.y_tilde for r in releases],
-        "grid": first.grid if len(releases) == 1 else [r.grid for r in releases],
-        "q_plus": _num(first.q_plus),
-        "agreement": _num(first.agreement),
-        "sigma": first.sigma if len(releases) == 1 else [r.sigma for r in releases],
-        "beta": sum(r.beta for r in releases),
-        "mi_step": sum(r.mi for r in releases),
-        "cum_mi": mechanism.mi_spent,
-        "free_frac": mechanism.free_steps / max(mechanism.steps, 1),  # steps charged no MI
-        "unanimity": getattr(mechanism, "unanimity_rate", None),       # the paper's f (PAC mechanisms)
-        "lr": lr,
-        "train_loss": train_loss,
-        "rows": rows,
-        "seconds": None if seconds is None else round(seconds, 4),
-    }
-    return rec
-
-
 def _private_batches(cfg: TrainConfig) -> bool:
     """The DP baselines score a Poisson sample of the universe: its size is private, and so are the train loss
     over it and every time that grows with it (per step, in total, a progress bar's rate)."""
@@ -499,10 +474,6 @@ def _private_batches(cfg: TrainConfig) -> bool:
 
 def _claims_privacy(mechanism) -> bool:
     return mechanism.privacy_statement().get("private") is not False
-
-
-def _num(x: float):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
 def _fmt(metrics: dict) -> str:
