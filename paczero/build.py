@@ -19,14 +19,7 @@ import torch
 
 from paczero.checkpoint import CheckpointError
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available")
-    return device
+from paczero.hardware import resolve_device, resolve_precision
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -101,6 +94,8 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
     from paczero.tasks import build_task, load_splits
 
     device = resolve_device(cfg.device)
+    if cfg.dtype == "auto" or cfg.mu is None:  # a config not resolved by train (paczero eval --dtype auto)
+        cfg = resolve_precision(cfg, device)
     given = given or Given()
     if given.model is None:
         check_model_source(cfg.model)

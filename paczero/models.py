@@ -195,6 +195,10 @@ def _smollm2_cached(part: str = "model") -> Path:
                 os.replace(f, tmp / f.name)
     import shutil
 
+    from paczero.checkpoint import public_mode
+
+    for f in tmp.iterdir():  # a public copy: transformers writes model.safetensors 0600 (a renamed temporary file)
+        os.chmod(f, public_mode())
     old = target.with_name(target.name + f".old{os.getpid()}")
     if target.exists():
         os.replace(target, old)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.step import BenchConfig, measure, table
+from paczero.bench import BenchConfig, measure, table
 from paczero.models import load_model, trainable_parameters
 from paczero.tasks import build_task, load_splits
 from paczero.zo import Perturber, two_point_scalars
@@ -49,7 +49,7 @@ def test_cached_sequential_and_lockstep_paths_agree(track):
 def test_floor_and_step_use_the_inference_batching():
     """The floor is the task's inference batching (padding capped at 10 %), and the step scores the
     same micro-batches (full fine-tuning on CPU no longer fills them to the budget)."""
-    from benchmarks.step import Harness
+    from paczero.bench import Harness
 
     h = Harness(BenchConfig(model="tiny-opt", track="ft", n=64, token_budget=256))
     capped = h.task.make_batches(h.universe, token_budget=256, max_padding=0.1)
@@ -112,7 +112,7 @@ def test_arch_folders_never_overwrite(tmp_path):
 def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
     """``--memory-repeats K``: K fresh processes per phase, inference and train alternating; the ratio is
     that of the medians (the resident peak of the same code scatters between processes)."""
-    import benchmarks.step as bench
+    import paczero.bench as bench
     calls = []
     peaks = {"inference": iter([100, 130, 110]), "train": iter([150, 120, 400])}
 
@@ -129,7 +129,7 @@ def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
 
 def test_live_peak_bytes_is_what_is_held_at_once():
     """--live-memory's measure: the highest running sum of the profiler's allocations and frees."""
-    from benchmarks.step import live_peak_bytes
+    from paczero.bench import live_peak_bytes
 
     def in_turn():  # 10 MiB, freed; then 5 and 7 MiB together
         a = torch.empty(10 << 20, dtype=torch.uint8)
@@ -152,7 +152,7 @@ def test_live_memory_phase_sees_the_cached_direction():
     stays below that."""
     from dataclasses import asdict
 
-    from benchmarks.step import _memory_child
+    from paczero.bench import _memory_child
     cfg = BenchConfig(model="tiny-llama", track="ft", n=8, steps=1)
     train = _memory_child(asdict(cfg), "train", live=True)
     inference = _memory_child(asdict(cfg), "inference", live=True)
@@ -174,7 +174,7 @@ def test_bench_flags_that_do_not_combine_give_one_line_exit_2(argv, needle, caps
 
 
 def test_live_memory_ratio_is_reported_beside_the_resident_one(monkeypatch):
-    import benchmarks.step as bench
+    import paczero.bench as bench
     calls = []
 
     def fake(cfg, phase, live=False):

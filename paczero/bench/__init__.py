@@ -55,12 +55,13 @@ import sys
 import time
 from dataclasses import asdict, replace
 
-from benchmarks.step.harness import BenchConfig, Harness, _median
-from benchmarks.step.memory import _memory_child, live_peak_bytes, memory_phase
-from benchmarks.step.ranks import dp_step_time
+from paczero.bench.harness import BenchConfig, Harness, _median
+from paczero.bench.memory import _memory_child, live_peak_bytes, memory_phase
+from paczero.bench.plain import plain_forward
+from paczero.bench.ranks import dp_step_time
 
 __all__ = ["BenchConfig", "Harness", "measure", "memory_phase", "live_peak_bytes", "_memory_child", "dp_step_time",
-           "table", "add_arguments", "run", "main"]
+           "plain_forward", "table", "add_arguments", "run", "main"]
 
 
 def measure(cfg: BenchConfig, log=print) -> dict:
@@ -121,6 +122,14 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     del h
     gc.collect()
 
+    if cfg.plain:
+        # the floor against a plain transformers forward of the same rows, in a fresh process
+        res.update(plain_forward(cfg, res["torch_threads"]))
+        res["floor_vs_plain"] = res["floor_s"] / res["plain_s"]
+        res["floor_vs_plain_cpu"] = res["floor_cpu_s"] / res["plain_cpu_s"]
+        log(f"  plain transformers forward {res['plain_s']:.4f}s: floor/plain {res['floor_vs_plain']:.3f} "
+            f"(cpu {res['floor_vs_plain_cpu']:.3f}; goal <= 1.1)")
+
     if cfg.memory:
         # the phases alternate (inference, train, inference, ...): a resident peak of the same code scatters
         # by tens of MiB between processes (glibc's heap), so with repeats each phase reports its median
@@ -169,7 +178,7 @@ def _alternating_phases(cfg: BenchConfig, live: bool = False) -> dict[str, list[
 def table(results: list[dict]) -> str:
     """A readable table of :func:`measure` results, one row per configuration."""
     head = ("model", "track", "dtype", "N", "M", "floor s", "step s", "ratio", "cpu ratio", "privacy ms", "2N x", "2M x",
-            "mem train/inf", "live train/inf", "dp x")
+            "mem train/inf", "live train/inf", "dp x", "floor/plain")
     rows = []
     for r in results:
         c = r["config"]
@@ -184,7 +193,8 @@ def table(results: list[dict]) -> str:
                       f"{mem['inference']['peak_bytes'] / 2**20:.0f} MiB)") if mem else "-",
                      (f"{r['live_memory_ratio']:.3f} ({mem['train']['live_peak_bytes'] / 2**20:.0f}/"
                       f"{mem['inference']['live_peak_bytes'] / 2**20:.0f} MiB)") if "live_memory_ratio" in r else "-",
-                     f"{r['dp']['speedup']:.2f}" if "dp" in r else "-"))
+                     f"{r['dp']['speedup']:.2f}" if "dp" in r else "-",
+                     f"{r['floor_vs_plain']:.3f}" if "floor_vs_plain" in r else "-"))
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(x.ljust(w) for x, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
@@ -207,10 +217,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mi-budget", type=float, default=d.mi_budget)
     p.add_argument("--steps", type=int, default=d.steps, help="timed steps (after one warm-up)")
     p.add_argument("--num-directions", type=int, default=d.num_directions, help="K")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: OMP_NUM_THREADS, else the cores this process is allowed)")
     p.add_argument("--world", type=int, default=1, help="also time a data-parallel step with this many processes")
     p.add_argument("--no-scaling", dest="scaling", action="store_false", help="skip the 2N and 2M steps")
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory phases")
+    p.add_argument("--no-plain", dest="plain", action="store_false",
+                   help="skip the plain transformers forward that the floor is compared with")
     p.add_argument("--memory-repeats", type=int, default=d.memory_repeats,
                    help="fresh processes per memory phase, alternating; the medians are compared")
     p.add_argument("--live-memory", action="store_true",
