@@ -1,9 +1,8 @@
 """Speed and memory of a zeroth-order step against the inference floor, measured in one run.
 
 The physical floor of a PACZero step is two inference passes over the N
-examples of the universe. This benchmark (``paczero bench`` in a source checkout, or
-``python benchmarks/bench_step.py``; the same arguments) measures, for one model, task,
-track, N, dtype and device, in the same process:
+examples of the universe. This benchmark (``paczero bench``) measures, for one model,
+task, track, N, dtype and device, in the same process:
 
 (a) ``floor_s``: one inference pass computing the per-sample losses of all N
     examples at theta (``task.losses``, no perturbation) over the inference
@@ -28,7 +27,12 @@ track, N, dtype and device, in the same process:
     thread), in further fresh processes: the analogue of CUDA's
     ``max_memory_allocated``, which leaves out what the C allocator keeps;
 (e) ``privacy_s``: the time of ``mechanism.step`` (subset signs, calibration);
-(f) ``n_scaling`` and ``m_scaling``: step time at 2N (goal: x2) and at 2M
+(f) ``floor_vs_plain``: the floor over a plain transformers forward of the same rows
+    (``model(**batch)`` under ``torch.inference_mode``, the same dtype, device and threads)
+    timed in a fresh process (:mod:`paczero.bench.plain`; goal: <= 1.1), the median of the
+    ratios of interleaved (floor pass, plain pass) pairs, and ``floor_vs_plain_cpu`` the same
+    in process CPU time; ``--no-plain`` skips it;
+(g) ``n_scaling`` and ``m_scaling``: step time at 2N (goal: x2) and at 2M
     (goal: x1) over the step time at N, as medians of the ratios within
     interleaved rounds (N, 2N, 2M steps in turn). These rounds are timed on
     the clock named by ``scaling_clock`` (process CPU time on CPU, wall time
@@ -57,11 +61,11 @@ from dataclasses import asdict, replace
 
 from paczero.bench.harness import BenchConfig, Harness, _median
 from paczero.bench.memory import _memory_child, live_peak_bytes, memory_phase
-from paczero.bench.plain import plain_forward
+from paczero.bench.plain import floor_against_plain
 from paczero.bench.ranks import dp_step_time
 
 __all__ = ["BenchConfig", "Harness", "measure", "memory_phase", "live_peak_bytes", "_memory_child", "dp_step_time",
-           "plain_forward", "table", "add_arguments", "run", "main"]
+           "floor_against_plain", "table", "add_arguments", "run", "main"]
 
 
 def measure(cfg: BenchConfig, log=print) -> dict:
@@ -119,16 +123,14 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         res["n_scaling"] = statistics.median(r["2n"] / r["base"] for r in rounds)
         res["m_scaling"] = statistics.median(r["2m"] / r["base"] for r in rounds)
         log(f"  2N {res['n_scaling']:.3f}x   2M {res['m_scaling']:.3f}x")
+    if cfg.plain:
+        # the floor against a plain transformers forward of the same rows in a fresh process, interleaved
+        res.update(floor_against_plain(cfg, lambda: (h.floor_pass(), h.last_cpu_s), res["torch_threads"]))
+        log(f"  plain transformers forward {res['plain_s']:.4f}s: floor/plain {res['floor_vs_plain']:.3f} "
+            f"(pairs {', '.join(f'{x:.3f}' for x in res['floor_vs_plain_pairs'])})  cpu "
+            f"{res['floor_vs_plain_cpu']:.3f}  (goal <= 1.1)")
     del h
     gc.collect()
-
-    if cfg.plain:
-        # the floor against a plain transformers forward of the same rows, in a fresh process
-        res.update(plain_forward(cfg, res["torch_threads"]))
-        res["floor_vs_plain"] = res["floor_s"] / res["plain_s"]
-        res["floor_vs_plain_cpu"] = res["floor_cpu_s"] / res["plain_cpu_s"]
-        log(f"  plain transformers forward {res['plain_s']:.4f}s: floor/plain {res['floor_vs_plain']:.3f} "
-            f"(cpu {res['floor_vs_plain_cpu']:.3f}; goal <= 1.1)")
 
     if cfg.memory:
         # the phases alternate (inference, train, inference, ...): a resident peak of the same code scatters

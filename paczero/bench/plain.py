@@ -15,8 +15,9 @@ from dataclasses import asdict
 from paczero.bench.harness import BenchConfig
 
 
-def _plain_child(cfg_dict: dict, threads: int) -> dict:
-    """In a fresh process: ``cfg.steps`` timed plain forwards over the universe (after one warm-up)."""
+def _plain_child(cfg_dict: dict, threads: int, conn) -> None:
+    """In a fresh process: load the plain model and the universe's micro-batches, then time one plain
+    forward pass over them for each request on ``conn`` (the first is a warm-up like any other)."""
     import torch
 
     from paczero.models import load_model
@@ -32,26 +33,45 @@ def _plain_child(cfg_dict: dict, threads: int) -> dict:
     universe = task.encode([pool[i % len(pool)] for i in range(cfg.n)])
     inputs = [{"input_ids": b.input_ids.to(cfg.device), "attention_mask": b.attention_mask.to(cfg.device)}
               for b in task.make_batches(universe, token_budget=cfg.token_budget)]
-
-    def one_pass() -> tuple[float, float]:
+    conn.send({"plain_threads": torch.get_num_threads(), "plain_micro_batches": len(inputs)})
+    while conn.recv() == "pass":
         t0, c0 = time.perf_counter(), time.process_time()
         with torch.inference_mode():
             for batch in inputs:
                 model(**batch)
         if str(cfg.device).startswith("cuda"):
             torch.cuda.synchronize()
-        return time.perf_counter() - t0, time.process_time() - c0
-
-    one_pass()  # warm-up
-    passes = [one_pass() for _ in range(cfg.steps)]
-    return {"plain_s": statistics.median(w for w, _ in passes), "plain_cpu_s": statistics.median(c for _, c in passes),
-            "plain_threads": torch.get_num_threads(), "plain_micro_batches": len(inputs)}
+        conn.send((time.perf_counter() - t0, time.process_time() - c0))
 
 
-def plain_forward(cfg: BenchConfig, threads: int) -> dict:
-    """:func:`_plain_child` in a fresh (spawned) process with ``threads`` intra-op threads."""
+def floor_against_plain(cfg: BenchConfig, floor_pass, threads: int) -> dict:
+    """``cfg.steps`` pairs of (``floor_pass()`` here, one plain forward pass in a fresh process with ``threads``
+    intra-op threads), after a warm-up pair: the medians of both and of the per-pair ratios, in wall and in
+    process CPU time (``floor_pass`` returns both), so that a change in the machine's load hits both sides."""
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
-        return pool.submit(_plain_child, asdict(cfg), threads).result()
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    child = ctx.Process(target=_plain_child, args=(asdict(cfg), threads, there), daemon=True)
+    child.start()
+    try:
+        res = here.recv()
+        pairs = []
+        for i in range(cfg.steps + 1):
+            floor = floor_pass()
+            here.send("pass")
+            plain = here.recv()
+            if i:  # the first pair warms the plain model up
+                pairs.append((floor, plain))
+        here.send("stop")
+    finally:
+        child.join(timeout=60)
+        if child.is_alive():
+            child.terminate()
+    med = statistics.median
+    res.update(plain_s=med(p[0] for _, p in pairs), plain_cpu_s=med(p[1] for _, p in pairs),
+               plain_floor_s=med(f[0] for f, _ in pairs),
+               floor_vs_plain=med(f[0] / p[0] for f, p in pairs),
+               floor_vs_plain_cpu=med(f[1] / p[1] for f, p in pairs),
+               floor_vs_plain_pairs=[round(f[0] / p[0], 4) for f, p in pairs])
+    return res
