@@ -90,7 +90,7 @@ def _add_eval(sub) -> None:
                              ("n-dev", int, "dev examples (default: the run's)"),
                              ("token-budget", int, "tokens per micro-batch (default: the run's)"),
                              ("device", str, "auto, cpu or cuda[:N] (default: the run's)"),
-                             ("dtype", str, "fp32, bf16 or fp16 (default: the run's)"),
+                             ("dtype", str, "auto, fp32, bf16 or fp16 (default: the run's)"),
                              ("verbalizer", parse_verbalizer, "classification label -> option text, e.g. "
                               "'0= terrible,1= great' (default: the run's)"),
                              ("labels", str, "classification class names, e.g. negative,positive (default: the run's)"),

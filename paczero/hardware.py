@@ -25,9 +25,9 @@ from paczero.config import ConfigError, TrainConfig
 MU_FOR_DTYPE = {"fp32": 1e-3, "fp16": 1e-3, "bf16": 1e-2}
 #: CPU flags (/proc/cpuinfo) of native bf16 arithmetic: x86's AVX512-BF16 and AMX, Arm's BF16
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
-#: how much slower bf16 runs on a CPU without it (2026-11-26, 2-core AMD EPYC, AVX2; docs/performance.md)
-BF16_EMULATED = ("a SmolLM2-135M forward runs about 6x slower in bf16 than in fp32 on such a CPU "
-                 "(a bf16 matmul up to 34x)")
+#: what emulated bf16 costs (2-core AMD EPYC, AVX2, 2026-11-26; docs/performance.md, bf16 on CPU)
+BF16_EMULATED = ("bf16 is emulated there and runs several times slower than fp32 (a SmolLM2-135M forward 6x, "
+                 "a matmul 34x on an AVX2 AMD EPYC; docs/performance.md)")
 
 
 def resolve_device(device: str) -> str:
@@ -102,7 +102,7 @@ def resolve_precision(cfg: TrainConfig, device: str, saved: dict | None = None, 
         changes["mu"] = saved["mu"] if saved and isinstance(saved.get("mu"), (int, float)) else MU_FOR_DTYPE[dtype]
     if cfg.dtype == "bf16" and not str(device).startswith("cuda") and not native_bf16(device)[0]:
         print(f"paczero: warning: dtype bf16 on a CPU without native bf16 ({native_bf16(device)[1]}): "
-              f"{BF16_EMULATED}; --dtype auto or --dtype fp32 --mu 1e-3 trains in fp32", file=echo)
+              f"{BF16_EMULATED}; --dtype auto, or --dtype fp32 --mu 1e-3, trains in fp32", file=echo)
     return cfg.replace(**changes) if changes else cfg
 
 
