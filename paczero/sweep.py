@@ -422,7 +422,8 @@ def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     if now.get("data") not in (None, "demo"):  # recorded resolved by the run
         now["data"] = str(Path(now["data"]).expanduser().resolve())
     ran = experiment(ran)  # a key the finished run predates: its default
-    return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k])
+    resolved = {k for k, v in (("dtype", "auto"), ("mu", None)) if now.get(k) == v}  # the run recorded what they became
+    return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k] and k not in resolved)
 
 
 def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal) -> list[dict]:

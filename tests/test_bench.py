@@ -239,11 +239,16 @@ def test_the_parser_loads_no_torch_and_no_benchmark_code(tmp_path):
 
 def test_the_floor_against_a_plain_transformers_forward():
     """The plain forward runs in its own process on the same rows (as many micro-batches as the floor) with
-    the same threads, and the reported ratio is the floor's time over it."""
+    the same threads, and the reported ratio is the floor pass's time over the plain pass's beside it (one
+    pair with ``steps=1``)."""
+    import os
+
     res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory=False), log=lambda s: None)
     assert res["plain_s"] > 0 and res["plain_micro_batches"] == res["floor_micro_batches"]
-    assert res["plain_threads"] == res["torch_threads"]
-    assert res["floor_vs_plain"] == pytest.approx(res["floor_s"] / res["plain_s"])
+    assert res["plain_threads"] == res["torch_threads"] == (int(os.environ.get("OMP_NUM_THREADS") or 0)
+                                                            or len(os.sched_getaffinity(0)))
+    assert res["floor_vs_plain"] == pytest.approx(res["plain_floor_s"] / res["plain_s"])
+    assert res["floor_vs_plain_pairs"] == [round(res["floor_vs_plain"], 4)]
     assert "floor/plain" in table([res])
 
 
