@@ -264,10 +264,16 @@ def test_the_built_wheel_runs_paczero_bench_outside_the_source_tree(tmp_path):
     import subprocess
     import sys
 
+    import shutil
+
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    src = tmp_path / "src"  # a copy of what the wheel is built from: no build/ of an earlier build comes along
+    shutil.copytree(root / "paczero", src / "paczero", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(root)], check=True, env=env, cwd=tmp_path, capture_output=True)
+                    str(tmp_path / "dist"), str(src)], check=True, env=env, cwd=tmp_path, capture_output=True)
     wheel = next((tmp_path / "dist").glob("paczero-*.whl"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, env=env)

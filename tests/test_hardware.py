@@ -169,3 +169,16 @@ def test_the_converted_model_is_written_with_the_umask_mode(tmp_path, monkeypatc
             os.umask(old)
         assert (folder / "model.safetensors").stat().st_mode & 0o777 == mode
         assert all(f.stat().st_mode & 0o777 == mode for f in folder.iterdir() if f.is_file())
+
+
+def test_a_sweep_takes_a_finished_auto_run_as_the_same_settings(tmp_path):
+    """A finished run of a recipe with ``dtype: auto`` and no mu recorded what they resolved to; a later sweep
+    of that recipe sees the same settings (not 'dtype 'fp32' -> 'auto''), but a run with another lr differs."""
+    from paczero import sweep
+
+    ran = json.loads(json.dumps(TrainConfig(dtype="fp32", mu=1e-3).to_dict()))
+    (tmp_path / "summary.json").write_text(json.dumps({"config": ran}))
+    cell = type("C", (), {"run_dir": tmp_path})()
+    assert sweep._other_settings(cell, TrainConfig()) == ""
+    assert sweep._other_settings(cell, TrainConfig(lr=5e-3)).startswith("lr ")
+    assert sweep._other_settings(cell, TrainConfig(dtype="bf16")).startswith("dtype 'fp32' -> 'bf16'")
