@@ -82,6 +82,17 @@ def native_bf16(device: str, flags: set[str] | None = None) -> tuple[bool, str]:
     return False, f"{cpu_name()}: {capability}, no avx512_bf16, amx_bf16 or bf16 among its flags"
 
 
+#: the lines :func:`fit_to_machine` holds back until :func:`announce` (after the inputs are checked)
+_PENDING: list[str] = []
+
+
+def announce(echo=None) -> None:
+    """Say the lines of the dtype chosen (or of bf16's cost) that :func:`fit_to_machine` held back: when the
+    model is about to load, so that bad input still ends in one error line."""
+    while _PENDING:
+        print(_PENDING.pop(0), file=echo or sys.stderr)
+
+
 def resolve_precision(cfg: TrainConfig, device: str, saved: dict | None = None, echo=None) -> TrainConfig:
     """``cfg`` with ``dtype: auto`` and an unset ``mu`` resolved for ``device``; one line on ``echo`` (stderr)
     says which and why. ``saved``: the recorded config of the run being resumed, whose values auto keeps.
@@ -135,7 +146,8 @@ def _omp_threads() -> int | None:
 
 def fit_to_machine(cfg: TrainConfig) -> TrainConfig:
     """A run's config with ``dtype: auto`` and an unset ``mu`` resolved for its device (a resumed run keeps
-    what its run.json recorded), and torch's intra-op threads set; rank 0 says which dtype, and why."""
+    what its run.json recorded), and torch's intra-op threads set; rank 0 says which dtype, and why, when the
+    model loads (:func:`announce`)."""
     saved = None
     if cfg.resume and (Path(cfg.out_dir).expanduser() / "run.json").is_file():
         try:
@@ -143,6 +155,9 @@ def fit_to_machine(cfg: TrainConfig) -> TrainConfig:
         except (OSError, ValueError, AttributeError):
             saved = None  # the resume's own checks name what is wrong with the folder
     set_threads(cfg.threads)
-    echo = sys.stderr if os.environ.get("RANK", "0") == "0" else io.StringIO()
-    return resolve_precision(cfg, resolve_device(cfg.device), saved=saved if isinstance(saved, dict) else None,
-                             echo=echo)
+    said = io.StringIO()
+    cfg = resolve_precision(cfg, resolve_device(cfg.device), saved=saved if isinstance(saved, dict) else None,
+                            echo=said)
+    if os.environ.get("RANK", "0") == "0":  # said by build() when the model loads (announce)
+        _PENDING[:] = said.getvalue().splitlines()
+    return cfg
