@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout, for `benchmarks`
 
-from benchmarks.step import BenchConfig, Harness  # noqa: E402
+from paczero.bench import BenchConfig, Harness  # noqa: E402
 from paczero.models import compile_body  # noqa: E402
 
 

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from benchmarks.step.harness import BenchConfig, Harness
+from paczero.bench.harness import BenchConfig, Harness
 
 
 def _timed(fn) -> float:

@@ -25,8 +25,8 @@ import threading
 import time
 from contextlib import contextmanager
 
-from benchmarks.step.harness import BenchConfig, Harness
-from benchmarks.step.memory import _make_resident, _rss_peak, _rss_peak_reset
+from paczero.bench.harness import BenchConfig, Harness
+from paczero.bench.memory import _make_resident, _rss_peak, _rss_peak_reset
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 

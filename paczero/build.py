@@ -19,14 +19,7 @@ import torch
 
 from paczero.checkpoint import CheckpointError
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device {device!r} requested but CUDA is not available")
-    return device
+from paczero.hardware import announce, resolve_device, resolve_precision
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -127,6 +120,8 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
         cut.append(getattr(task, "truncated", 0))
     _warn_truncated(cfg, cut, [len(train_ex), len(dev_ex), len(test_ex)])
     model = None
+    if with_model:
+        announce()  # train's choice of dtype, held back until every input is checked
     if with_model and given.model is not None:
         placed = _placed(given.model)  # sharded or quantised: it stays where it is
         model = given.prepared = prepare_model(
@@ -136,6 +131,8 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
         if placed:
             device = str(model.get_input_embeddings().weight.device)
     elif with_model:
+        if cfg.dtype == "auto" or cfg.mu is None:  # a config not resolved by train (paczero eval --dtype auto)
+            cfg = resolve_precision(cfg, device)
         model = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
                            lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
                            device_map=cfg.device_map, tokenizer=tokenizer).model

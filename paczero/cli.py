@@ -93,7 +93,7 @@ def _add_eval(sub) -> None:
                              ("n-dev", int, "dev examples (default: the run's)"),
                              ("token-budget", int, "tokens per micro-batch (default: the run's)"),
                              ("device", str, "auto, cpu or cuda[:N] (default: the run's)"),
-                             ("dtype", str, "fp32, bf16 or fp16 (default: the run's)"),
+                             ("dtype", str, "auto, fp32, bf16 or fp16 (default: the run's)"),
                              ("verbalizer", parse_verbalizer, "classification label -> option text, e.g. "
                               "'0= terrible,1= great' (default: the run's)"),
                              ("labels", str, "classification class names, e.g. negative,positive (default: the run's)"),
@@ -188,11 +188,10 @@ def _add_audit(sub) -> None:
 
 
 def _add_bench(sub) -> None:
-    """`paczero bench`: the step benchmark of a source checkout. The benchmark (benchmarks/step) parses its own
-    arguments when it runs, so that building this parser reads no benchmark code; a prefix that no argument
-    starts with hands them all over."""
-    p = sub.add_parser("bench", help="time and memory of a ZO step against the inference floor (one run; "
-                       "a source checkout's benchmarks/)", add_help=False, prefix_chars="\0")
+    """`paczero bench`: the step benchmark (paczero/bench). It parses its own arguments when it runs, so that
+    building this parser reads no benchmark code; a prefix that no argument starts with hands them all over."""
+    p = sub.add_parser("bench", help="time and memory of a ZO step against the inference floor, and the floor "
+                       "against a plain transformers forward (one run)", add_help=False, prefix_chars="\0")
     p.add_argument("bench_args", nargs="*")
 
 
@@ -351,29 +350,12 @@ def _cmd_audit(ns) -> int:
     return 0
 
 
-def benchmarks_folder() -> Path:
-    """The ``benchmarks/`` folder of the source checkout this paczero runs from (beside the package)."""
-    import paczero
-
-    return Path(paczero.__file__).resolve().parent.parent / "benchmarks"
-
-
 def _cmd_bench(ns) -> int:
-    import importlib
+    from paczero import bench
 
-    folder = benchmarks_folder()
-    if not (folder / "step" / "__init__.py").is_file():
-        raise UsageError(f"paczero bench runs the benchmarks of a source checkout: there is no {folder / 'step'} "
-                         "beside this paczero (clone the repository, pip install -e . in it, and run paczero bench "
-                         "or python benchmarks/bench_step.py there)")
-    if str(folder.parent) not in sys.path:
-        sys.path.insert(0, str(folder.parent))  # also for the benchmark's spawned processes, which inherit it
-    step = importlib.import_module("benchmarks.step")
-    if Path(step.__file__).resolve().parent != folder / "step":
-        raise UsageError(f"paczero bench: the module benchmarks.step comes from {step.__file__}, not {folder}")
-    p = _Parser(prog="paczero bench", description=step.__doc__.splitlines()[0])
-    step.add_arguments(p)
-    return step.run(p.parse_args(ns.bench_args))
+    p = _Parser(prog="paczero bench", description=bench.__doc__.splitlines()[0])
+    bench.add_arguments(p)
+    return bench.run(p.parse_args(ns.bench_args))
 
 
 def version() -> str:

@@ -47,7 +47,7 @@ class TrainConfig:
     # model
     model: str = "smollm2-135m-instruct"    # hub id, local folder, or built in: smollm2-135m-instruct (offline), tiny-opt, tiny-llama, tiny-gpt2
     track: str = "lora"                      # "lora" | "ft"
-    dtype: str = "fp32"                      # "fp32" | "bf16" | "fp16"
+    dtype: str = "auto"                      # "auto" (bf16 where the device computes it natively, else fp32) | "fp32" | "bf16" | "fp16"
     device: str = "auto"                     # "auto" | "cpu" | "cuda" | "cuda:N"
     device_map: str | None = None            # e.g. "auto": shard a model too big for one GPU (needs accelerate)
     lora_r: int = 8                          # LoRA rank r
@@ -84,7 +84,7 @@ class TrainConfig:
     lr: float = 1e-3                         # learning rate
     lr_schedule: str = "constant"            # learning-rate schedule
     weight_decay: float = 0.0                # decoupled weight decay per step
-    mu: float = 1e-3                         # perturbation scale of the two-point difference
+    mu: float | None = None                  # perturbation scale of the two-point difference; None: the dtype's (1e-2 for bf16, 1e-3 otherwise)
     clip: float | None = None                # stability clip c (None: off)
     num_directions: int = 1                  # K
     # evaluation and selection
@@ -99,6 +99,7 @@ class TrainConfig:
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
     lockstep_batches: int = 1                # full FT: token budgets per sign whose + and - forwards share each draw of z (0: off)
     compile: bool = False                    # torch.compile the model body (LoRA, classification tasks)
+    threads: int | None = None               # CPU: torch's intra-op threads; None: the cores this process is allowed
     seed: int = 0                            # public seed: directions, init, data order
     private_seed: int | None = None          # tests and exact reproduction only; None draws from OS entropy
     out_dir: str = "runs/paczero"            # the run folder (never overwritten without --overwrite)
@@ -173,7 +174,7 @@ def _check_model(cfg: TrainConfig) -> None:
     need(cfg.track in ("lora", "ft"), f"track must be 'lora' or 'ft', got {cfg.track!r}")
     need(cfg.device_map in (None, "auto", "balanced", "balanced_low_0", "sequential"),
          f"device_map must be auto, balanced, balanced_low_0 or sequential, got {cfg.device_map!r}")
-    need(cfg.dtype in ("fp32", "bf16", "fp16"), f"dtype must be fp32, bf16 or fp16, got {cfg.dtype!r}")
+    need(cfg.dtype in ("auto", "fp32", "bf16", "fp16"), f"dtype must be auto, fp32, bf16 or fp16, got {cfg.dtype!r}")
     need(cfg.device == "auto" or cfg.device == "cpu" or str(cfg.device).startswith("cuda"),
          f"device must be auto, cpu or cuda[:N], got {cfg.device!r}")
     integer("lora_r", cfg.lora_r, 1)
@@ -199,7 +200,8 @@ def _check_optimisation(cfg: TrainConfig) -> None:
     finite_pos("lr", cfg.lr)
     need(cfg.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {', '.join(LR_SCHEDULES)}, got {cfg.lr_schedule!r}")
     finite_pos("weight_decay", cfg.weight_decay, allow_zero=True)
-    finite_pos("mu", cfg.mu)
+    if cfg.mu is not None:
+        finite_pos("mu", cfg.mu)
     if cfg.clip is not None:
         finite_pos("clip", cfg.clip)
     integer("num_directions", cfg.num_directions, 1)
@@ -216,6 +218,8 @@ def _check_engineering(cfg: TrainConfig) -> None:
     """Micro-batches, compile, checkpoints, trackers, the hub, the run folder, generation."""
     integer("token_budget", cfg.token_budget, 16)
     integer("lockstep_batches", cfg.lockstep_batches, 0)
+    if cfg.threads is not None:
+        integer("threads", cfg.threads, 1)
     if cfg.compile:
         need(cfg.track == "lora", "compile applies to --track lora only (full fine-tuning reroutes module "
                                    "forwards inside each evaluation, which a compiled graph would not see)")

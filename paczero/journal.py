@@ -41,7 +41,7 @@ OLD_NAME = "journal.jsonl"  # where runs written by paczero 0.1 keep it (read an
 #: config keys a resumed run may give other values than the original: where and how fast the same steps
 #: run, and what is shown. Every other key changes what the steps compute, release or select, and a resume
 #: that changes it is refused (:func:`check_resumed_config`).
-RESUME_FREE = frozenset({"device", "device_map", "compile", "progress", "report_to", "checkpoint_every",
+RESUME_FREE = frozenset({"device", "device_map", "compile", "threads", "progress", "report_to", "checkpoint_every",
                          "eval_zero_shot", "out_dir", "overwrite", "resume", "push_to_hub", "hub_private"})
 
 __all__ = ["NAME", "RESUME_FREE", "Journal", "journal_path", "ResumePoint", "check_resumed_config", "extends",

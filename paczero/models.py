@@ -204,6 +204,10 @@ def _smollm2_cached(part: str = "model") -> Path:
                 os.replace(f, tmp / f.name)
     import shutil
 
+    from paczero.checkpoint import public_mode
+
+    for f in tmp.iterdir():  # a public copy: transformers writes model.safetensors 0600 (a renamed temporary file)
+        os.chmod(f, public_mode())
     old = target.with_name(target.name + f".old{os.getpid()}")
     if target.exists():
         os.replace(target, old)
@@ -286,11 +290,16 @@ def load_model(
     config alone with seeded random weights (benchmarks of speed and memory:
     only ``config.json`` and the tokenizer are read, never the weights).
     ``tokenizer``: the model's, from :func:`load_tokenizer`, when the caller has loaded it already.
+    ``dtype="auto"``: bf16 where ``device`` computes it natively, else fp32.
     """
     from transformers import AutoModelForCausalLM
 
+    if dtype == "auto":  # bf16 where the device computes it natively, else fp32 (paczero/hardware.py)
+        from paczero.hardware import native_bf16
+
+        dtype = "bf16" if native_bf16(device)[0] else "fp32"
     if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        raise ValueError(f"dtype must be auto or one of {sorted(DTYPES)}, got {dtype!r}")
     torch_dtype = DTYPES[dtype]
     name = canonical_name(name)
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name)

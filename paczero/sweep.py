@@ -42,6 +42,7 @@ import yaml
 
 from paczero.checkpoint import RunLock, run_record
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
+from paczero.hardware import allowed_cores
 from paczero.slurm import check_slurm, queued_jobs, submitit_module
 from paczero.stop import on_stop_signals
 
@@ -176,23 +177,30 @@ def train_command(cell: Cell, *, resume: bool) -> list[str]:
     return cmd + (["--resume"] if resume else [])
 
 
-def _child_env(gpu: str | None) -> dict[str, str]:
+def _child_env(gpu: str | None, threads: int | None = None) -> dict[str, str]:
+    """The cell's environment: this repository first on the path, its GPU, and its share of the CPU cores
+    (``threads``: OMP_NUM_THREADS, which paczero train's torch threads follow, unless the sweep's own
+    environment sets it)."""
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    if threads is not None and not env.get("OMP_NUM_THREADS"):
+        env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
-def _start(cmd: list[str], log_path: str, gpu: str | None = None, dated: bool = True) -> subprocess.Popen:
+def _start(cmd: list[str], log_path: str, gpu: str | None = None, threads: int | None = None,
+           dated: bool = True) -> subprocess.Popen:
     """The cell's process, detached from the terminal's process group: a Ctrl-C reaches it once, forwarded by the
     sweep. The log's header line holds the command, and the clock time unless ``dated`` is false (a sweep with a
     DP cell: the next cell's start would end the DP cell's time)."""
     with open(log_path, "a") as log:
         log.write(f"\n# {time.strftime('%Y-%m-%d %H:%M:%S') + ' ' if dated else ''}$ {' '.join(cmd)}\n")
         log.flush()
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env(gpu), start_new_session=True)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env(gpu, threads),
+                                start_new_session=True)
 
 
 class SlurmCell:
@@ -358,6 +366,7 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
     running: dict[str, subprocess.Popen] = {}
     stopping = threading.Event()
     results: list[dict] = []
+    threads = max(1, allowed_cores() // len(slots)) if len(slots) > 1 else None  # the workers divide the cores
 
     def worker(gpu: str | None) -> None:
         try:
@@ -374,7 +383,8 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
                 return
             journal.write(cell, "started", resumed=resume, gpu=gpu, config=str(cell.config_path), log=str(cell.log_path))
             t0 = time.time()
-            with _start(train_command(cell, resume=resume), str(cell.log_path), gpu, dated=not private_time) as proc:
+            with _start(train_command(cell, resume=resume), str(cell.log_path), gpu, threads,
+                        dated=not private_time) as proc:
                 with lock:  # one SIGINT per stop, whether it came before or after this cell started
                     running[str(gpu)] = proc
                     if stopping.is_set():
@@ -418,7 +428,8 @@ def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     if now.get("data") not in (None, "demo"):  # recorded resolved by the run
         now["data"] = str(Path(now["data"]).expanduser().resolve())
     ran = experiment(ran)  # a key the finished run predates: its default
-    return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k])
+    resolved = {k for k, v in (("dtype", "auto"), ("mu", None)) if now.get(k) == v}  # the run recorded what they became
+    return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k] and k not in resolved)
 
 
 def _submit_slurm(todo: list[tuple[Cell, bool]], params: dict[str, Any], journal: _Journal,

@@ -99,6 +99,7 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json).
     ``given``: a model, tokenizer or examples given in memory in place of the config's (paczero.api)."""
     from paczero.distributed import init_from_env, stop_ranks
+    from paczero.hardware import fit_to_machine
 
     try:
         cfg = config.validate()
@@ -107,6 +108,7 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
         stop_ranks(e, config.device)
     if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
         cfg = cfg.replace(data=_resolved(cfg.data))
+    cfg = fit_to_machine(cfg)  # dtype auto and an unset mu resolved (and recorded); torch's threads
     ranks = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     lock = None
     try:

@@ -5,14 +5,14 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.step import BenchConfig, measure, table
+from paczero.bench import BenchConfig, measure, table
 from paczero.models import load_model, trainable_parameters
 from paczero.tasks import build_task, load_splits
 from paczero.zo import Perturber, two_point_scalars
 
 
 def test_bench_smoke():
-    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory=False), log=lambda s: None)
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory=False, plain=False), log=lambda s: None)
     assert res["floor_s"] > 0 and res["step_s"] > 0 and res["ratio"] > 0 and res["privacy_s"] >= 0
     assert "tiny-llama" in table([res])
 
@@ -49,7 +49,7 @@ def test_cached_sequential_and_lockstep_paths_agree(track):
 def test_floor_and_step_use_the_inference_batching():
     """The floor is the task's inference batching (padding capped at 10 %), and the step scores the
     same micro-batches (full fine-tuning on CPU no longer fills them to the budget)."""
-    from benchmarks.step import Harness
+    from paczero.bench import Harness
 
     h = Harness(BenchConfig(model="tiny-opt", track="ft", n=64, token_budget=256))
     capped = h.task.make_batches(h.universe, token_budget=256, max_padding=0.1)
@@ -79,7 +79,7 @@ def test_random_init_reads_only_the_config_and_tokenizer(tmp_path):
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
     assert not all(torch.equal(x, y) for x, y in zip(a.parameters(), c.parameters()))
     res = measure(BenchConfig(model=str(folder), random_init=True, track="ft", n=8, steps=1, scaling=False,
-                              memory=False), log=lambda s: None)
+                              memory=False, plain=False), log=lambda s: None)
     assert res["ratio"] > 0 and "(random init)" in table([res])
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -112,7 +112,7 @@ def test_arch_folders_never_overwrite(tmp_path):
 def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
     """``--memory-repeats K``: K fresh processes per phase, inference and train alternating; the ratio is
     that of the medians (the resident peak of the same code scatters between processes)."""
-    import benchmarks.step as bench
+    import paczero.bench as bench
     calls = []
     peaks = {"inference": iter([100, 130, 110]), "train": iter([150, 120, 400])}
 
@@ -121,7 +121,7 @@ def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
         return {"peak_bytes": next(peaks[phase]) << 20, "before_bytes": 0, "peak_reset": True, "kind": "test"}
 
     monkeypatch.setattr(bench, "memory_phase", fake)
-    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory_repeats=3), log=lambda s: None)
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory_repeats=3, plain=False), log=lambda s: None)
     assert calls == ["inference", "train"] * 3
     assert res["memory"]["inference"]["peaks_bytes"] == [100 << 20, 110 << 20, 130 << 20]
     assert res["memory_ratio"] == 150 / 110  # medians: 110 and 150 (the 400 outlier does not count)
@@ -129,7 +129,7 @@ def test_memory_repeats_alternate_phases_and_compare_medians(monkeypatch):
 
 def test_live_peak_bytes_is_what_is_held_at_once():
     """--live-memory's measure: the highest running sum of the profiler's allocations and frees."""
-    from benchmarks.step import live_peak_bytes
+    from paczero.bench import live_peak_bytes
 
     def in_turn():  # 10 MiB, freed; then 5 and 7 MiB together
         a = torch.empty(10 << 20, dtype=torch.uint8)
@@ -152,7 +152,7 @@ def test_live_memory_phase_sees_the_cached_direction():
     stays below that."""
     from dataclasses import asdict
 
-    from benchmarks.step import _memory_child
+    from paczero.bench import _memory_child
     cfg = BenchConfig(model="tiny-llama", track="ft", n=8, steps=1)
     train = _memory_child(asdict(cfg), "train", live=True)
     inference = _memory_child(asdict(cfg), "inference", live=True)
@@ -174,7 +174,7 @@ def test_bench_flags_that_do_not_combine_give_one_line_exit_2(argv, needle, caps
 
 
 def test_live_memory_ratio_is_reported_beside_the_resident_one(monkeypatch):
-    import benchmarks.step as bench
+    import paczero.bench as bench
     calls = []
 
     def fake(cfg, phase, live=False):
@@ -183,7 +183,7 @@ def test_live_memory_ratio_is_reported_beside_the_resident_one(monkeypatch):
         return {"peak_bytes": peak[(phase, live)] << 20, "before_bytes": 0, "peak_reset": True, "kind": "test"}
 
     monkeypatch.setattr(bench, "memory_phase", fake)
-    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, live_memory=True),
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, live_memory=True, plain=False),
                   log=lambda s: None)
     assert calls == [("inference", False), ("train", False), ("inference", True), ("train", True)]
     assert res["memory_ratio"] == 1.3 and res["live_memory_ratio"] == 84 / 80
@@ -206,55 +206,97 @@ def test_scaling_figures_say_their_clock_and_base():
     """The 2N and 2M figures come with the base they are ratios of and the clock they were timed on
     (process CPU time on CPU), so the JSON reads without the code: with one round, n_scaling is
     step_2n_s / scaling_base_s."""
-    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=True, memory=False), log=lambda s: None)
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=True, memory=False, plain=False), log=lambda s: None)
     assert res["scaling_clock"] == "cpu"
     assert res["n_scaling"] == pytest.approx(res["step_2n_s"] / res["scaling_base_s"])
     assert res["m_scaling"] == pytest.approx(res["step_2m_s"] / res["scaling_base_s"])
 
 
-def test_bench_is_the_checkouts_benchmark_and_outside_one_a_single_error_line(monkeypatch, tmp_path, capsys):
-    """``paczero bench`` runs benchmarks/step of the checkout beside the package (its options and errors);
-    installed without that folder (a wheel), every invocation is one line naming the cause, exit 2."""
+def test_bench_options_and_errors(capsys):
+    """``paczero bench`` takes the benchmark's options; a bad one is one error line, exit 2."""
     import paczero.cli as cli
 
-    assert cli.benchmarks_folder() == Path(__file__).resolve().parents[1] / "benchmarks"
     with pytest.raises(SystemExit) as e:
         cli.main(["bench", "--help"])
     assert e.value.code == 0 and "--memory-repeats" in capsys.readouterr().out
     assert cli.main(["bench", "--steps", "0"]) == 2  # the benchmark's own check of its arguments
-    assert "--steps must be >= 1" in capsys.readouterr().err
-
-    monkeypatch.setattr(cli, "benchmarks_folder", lambda: tmp_path / "benchmarks")
-    for argv in (["--steps", "0"], ["--help"], []):
-        assert cli.main(["bench", *argv]) == 2
-        captured = capsys.readouterr()
-        err = captured.err.strip().splitlines()
-        assert captured.out == "" and len(err) == 1, captured
-        assert err[0].startswith("paczero: error: paczero bench runs the benchmarks of a source checkout: ")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--steps must be >= 1" in err[0]
 
 
-@pytest.mark.slow
-def test_bench_entry_points_run_from_another_folder(tmp_path):
-    """``paczero bench`` (with its memory phases, spawned processes that import the benchmark again) and
-    ``python benchmarks/bench_step.py`` run from a folder outside the checkout; building the command
-    line's parser loads neither torch nor benchmark code."""
+def test_the_parser_loads_no_torch_and_no_benchmark_code(tmp_path):
+    """Building the command line's parser (every ``paczero`` command does) loads neither torch nor the
+    benchmark."""
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_step.py"
     light = subprocess.run([sys.executable, "-c", "import sys; from paczero.cli import _build_parser; "
                             "_build_parser().parse_args(['bench', '--model', 'x']); "
-                            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'benchmarks'}))"],
+                            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or m == 'paczero.bench'))"],
                            cwd=tmp_path, capture_output=True, text=True, check=True)
     assert light.stdout.strip() == "[]"
-    args = ["--model", "tiny-llama", "--track", "lora", "--n", "8", "--steps", "1", "--no-scaling"]
-    for cmd in ([sys.executable, "-m", "paczero.cli", "bench", *args],
-                [sys.executable, str(script), *args, "--no-memory"]):
-        out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stderr[-2000:]
-        row = [line for line in out.stdout.splitlines() if line.startswith("| tiny-llama")]
-        assert len(row) == 1
-        assert ("MiB)" in row[0]) == ("--no-memory" not in cmd)  # the memory phases' column
+
+
+def test_the_floor_against_a_plain_transformers_forward():
+    """The plain forward runs in its own process on the same rows (as many micro-batches as the floor) with
+    the same threads, and the reported ratio is the floor pass's time over the plain pass's beside it (one
+    pair with ``steps=1``)."""
+    import os
+
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory=False), log=lambda s: None)
+    assert res["plain_s"] > 0 and res["plain_micro_batches"] == res["floor_micro_batches"]
+    assert res["plain_threads"] == res["torch_threads"] == (int(os.environ.get("OMP_NUM_THREADS") or 0)
+                                                            or len(os.sched_getaffinity(0)))
+    assert res["floor_vs_plain"] == pytest.approx(res["plain_floor_s"] / res["plain_s"])
+    assert res["floor_vs_plain_pairs"] == [round(res["floor_vs_plain"], 4)]
+    assert "floor/plain" in table([res])
+
+
+def test_the_built_wheel_runs_paczero_bench_outside_the_source_tree(tmp_path):
+    """The wheel holds ``paczero bench``: built from this checkout (``pip wheel``), installed with no
+    dependencies into a fresh venv (which sees this environment's torch and transformers through a path
+    file, not this checkout), ``paczero bench --model tiny-llama --track lora --n 16 --steps 1`` runs in a
+    folder outside the source tree, from the installed package, and prints its ratio. Red when the
+    benchmark is left out of the wheel (it lived in the checkout's benchmarks/) or imports from outside
+    the package."""
+    import os
+    import site
+    import subprocess
+    import sys
+
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    src = tmp_path / "src"  # a copy of what the wheel is built from: no build/ of an earlier build comes along
+    shutil.copytree(root / "paczero", src / "paczero", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, env=env, cwd=tmp_path, capture_output=True)
+    wheel = next((tmp_path / "dist").glob("paczero-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, env=env)
+    py = venv / "bin" / "python"
+    here = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, env=env, capture_output=True, text=True).stdout.strip()
+    # this environment's packages (torch, transformers, peft) after the venv's own: a plain path, so that the
+    # editable install of this checkout that the environment may hold (a .pth hook) is not run
+    (Path(here) / "outer.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], check=True,
+                   env=env, capture_output=True)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    where = subprocess.run([str(py), "-c", "import paczero.bench; print(paczero.bench.__file__)"], cwd=work,
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(where).is_relative_to(venv) and not Path(where).is_relative_to(root)
+    out = subprocess.run([str(venv / "bin" / "paczero"), "bench", "--model", "tiny-llama", "--track", "lora",
+                          "--n", "16", "--steps", "1"], cwd=work, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ratio" in out.stderr and "floor/plain" in out.stderr
+    row = [line for line in out.stdout.splitlines() if line.startswith("| tiny-llama")]
+    assert len(row) == 1 and float(row[0].split("|")[8]) > 0  # the ratio column
 
 
 def test_gloo_exit_counts_the_exit_codes_of_each_pair_of_ranks(capsys):

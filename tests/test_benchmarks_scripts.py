@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from benchmarks.step import BenchConfig
+from paczero.bench import BenchConfig
 
 
 def test_memory_timeline_marks_each_evaluation_block_and_update(tmp_path, capsys):

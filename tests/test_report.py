@@ -20,7 +20,7 @@ def write_run(root: Path, cell: str, seed: int, *, test: float, dev: float, priv
               metric: str = "accuracy", **cfg) -> Path:
     run = root / cell / f"seed{seed}"
     run.mkdir(parents=True)
-    config = TrainConfig(seed=seed, **cfg).to_dict()
+    config = TrainConfig(seed=seed, **{"dtype": "fp32", "mu": 1e-3, **cfg}).to_dict()  # resolved, as a run records them
     (run / "summary.json").write_text(json.dumps({
         "config": config, "metric": metric, "zero_shot": None, "selected_step": config["steps"],
         "dev": {metric: dev, "loss": 0.5}, "test": {metric: test, "loss": 0.5}, "privacy": privacy,

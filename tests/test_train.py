@@ -255,6 +255,7 @@ def test_overwrite_deletes_the_earlier_run_only_once_every_input_is_checked(tmp_
     a warning that names them. Red if --overwrite deletes every entry of the folder."""
     out = tmp_path / "run"
     train(TrainConfig(**{**TINY, "steps": 1}, out_dir=str(out)), log=_quiet)
+    capsys.readouterr()  # the good run's own lines (the dtype auto chose)
     (out / "MODEL_CARD.md").write_text("mine")
     bad = tmp_path / "bad.jsonl"
     bad.write_text("".join(json.dumps({"sentence": f"s{i}", "label": "positive"}) + "\n" for i in range(40)))

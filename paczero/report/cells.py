@@ -195,7 +195,7 @@ def model_label(model: str) -> str:
 
 EXECUTION_KEYS = frozenset({"seed", "data_seed", "private_seed", "out_dir", "overwrite", "resume", "progress",
                             "report_to", "device", "device_map", "token_budget", "lockstep_batches", "compile",
-                            "checkpoint_every", "eval_zero_shot", "push_to_hub", "hub_private"})
+                            "checkpoint_every", "eval_zero_shot", "push_to_hub", "hub_private", "threads"})
 
 
 def experiment(cfg: dict) -> dict:
@@ -296,7 +296,8 @@ def _changed_from_recipe(name: str, cfg: dict) -> list[str]:
         return []
     recipe = load_yaml(path)
     return sorted(k for k, v in recipe.items()
-                  if k not in EXECUTION_KEYS and json.dumps(cfg.get(k), default=str) != json.dumps(v, default=str))
+                  if k not in EXECUTION_KEYS and json.dumps(cfg.get(k), default=str) != json.dumps(v, default=str)
+                  and (k, v) != ("dtype", "auto"))  # auto: the run recorded what it resolved to
 
 
 # ---------------------------------------------------------------------------- tables

@@ -26,10 +26,11 @@ class BenchConfig:
     lr: float = 1e-6
     scaling: bool = True
     memory: bool = True
+    plain: bool = True              # also time a plain transformers forward of the same rows (a fresh process)
     memory_repeats: int = 1         # fresh processes per memory phase (phases alternate; medians reported)
     live_memory: bool = False       # CPU: also the peak of live tensor bytes per phase (own processes, profiled)
     world: int = 1                  # > 1: also time a data-parallel step with this many processes
-    threads: int | None = None      # torch intra-op threads (None: torch's default)
+    threads: int | None = None      # torch intra-op threads (None: as paczero train, paczero.hardware.set_threads)
     seed: int = 0
     random_init: bool = False       # the model's architecture (config only) with random weights
     compile: bool = False           # torch.compile the model body (LoRA; both the floor and the step run it)
@@ -41,11 +42,11 @@ class Harness:
     def __init__(self, cfg: BenchConfig, lm=None):
         import torch
 
+        from paczero.hardware import set_threads
         from paczero.models import load_model
         from paczero.tasks import build_task
 
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        set_threads(cfg.threads)  # as paczero train sets them
         self.cfg = cfg
         self.lm = lm or load_model(cfg.model, dtype=cfg.dtype, device=cfg.device, track=cfg.track,
                                    init_seed=cfg.seed, random_init=cfg.random_init)

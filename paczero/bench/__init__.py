@@ -1,9 +1,8 @@
 """Speed and memory of a zeroth-order step against the inference floor, measured in one run.
 
 The physical floor of a PACZero step is two inference passes over the N
-examples of the universe. This benchmark (``paczero bench`` in a source checkout, or
-``python benchmarks/bench_step.py``; the same arguments) measures, for one model, task,
-track, N, dtype and device, in the same process:
+examples of the universe. This benchmark (``paczero bench``) measures, for one model,
+task, track, N, dtype and device, in the same process:
 
 (a) ``floor_s``: one inference pass computing the per-sample losses of all N
     examples at theta (``task.losses``, no perturbation) over the inference
@@ -28,7 +27,12 @@ track, N, dtype and device, in the same process:
     thread), in further fresh processes: the analogue of CUDA's
     ``max_memory_allocated``, which leaves out what the C allocator keeps;
 (e) ``privacy_s``: the time of ``mechanism.step`` (subset signs, calibration);
-(f) ``n_scaling`` and ``m_scaling``: step time at 2N (goal: x2) and at 2M
+(f) ``floor_vs_plain``: the floor over a plain transformers forward of the same rows
+    (``model(**batch)`` under ``torch.inference_mode``, the same dtype, device and threads)
+    timed in a fresh process (:mod:`paczero.bench.plain`; goal: <= 1.1), the median of the
+    ratios of interleaved (floor pass, plain pass) pairs, and ``floor_vs_plain_cpu`` the same
+    in process CPU time; ``--no-plain`` skips it;
+(g) ``n_scaling`` and ``m_scaling``: step time at 2N (goal: x2) and at 2M
     (goal: x1) over the step time at N, as medians of the ratios within
     interleaved rounds (N, 2N, 2M steps in turn). These rounds are timed on
     the clock named by ``scaling_clock`` (process CPU time on CPU, wall time
@@ -55,12 +59,13 @@ import sys
 import time
 from dataclasses import asdict, replace
 
-from benchmarks.step.harness import BenchConfig, Harness, _median
-from benchmarks.step.memory import _memory_child, live_peak_bytes, memory_phase
-from benchmarks.step.ranks import dp_step_time
+from paczero.bench.harness import BenchConfig, Harness, _median
+from paczero.bench.memory import _memory_child, live_peak_bytes, memory_phase
+from paczero.bench.plain import floor_against_plain
+from paczero.bench.ranks import dp_step_time
 
 __all__ = ["BenchConfig", "Harness", "measure", "memory_phase", "live_peak_bytes", "_memory_child", "dp_step_time",
-           "table", "add_arguments", "run", "main"]
+           "floor_against_plain", "table", "add_arguments", "run", "main"]
 
 
 def measure(cfg: BenchConfig, log=print) -> dict:
@@ -118,6 +123,12 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         res["n_scaling"] = statistics.median(r["2n"] / r["base"] for r in rounds)
         res["m_scaling"] = statistics.median(r["2m"] / r["base"] for r in rounds)
         log(f"  2N {res['n_scaling']:.3f}x   2M {res['m_scaling']:.3f}x")
+    if cfg.plain:
+        # the floor against a plain transformers forward of the same rows in a fresh process, interleaved
+        res.update(floor_against_plain(cfg, lambda: (h.floor_pass(), h.last_cpu_s), res["torch_threads"]))
+        log(f"  plain transformers forward {res['plain_s']:.4f}s: floor/plain {res['floor_vs_plain']:.3f} "
+            f"(pairs {', '.join(f'{x:.3f}' for x in res['floor_vs_plain_pairs'])})  cpu "
+            f"{res['floor_vs_plain_cpu']:.3f}  (goal <= 1.1)")
     del h
     gc.collect()
 
@@ -169,7 +180,7 @@ def _alternating_phases(cfg: BenchConfig, live: bool = False) -> dict[str, list[
 def table(results: list[dict]) -> str:
     """A readable table of :func:`measure` results, one row per configuration."""
     head = ("model", "track", "dtype", "N", "M", "floor s", "step s", "ratio", "cpu ratio", "privacy ms", "2N x", "2M x",
-            "mem train/inf", "live train/inf", "dp x")
+            "mem train/inf", "live train/inf", "dp x", "floor/plain")
     rows = []
     for r in results:
         c = r["config"]
@@ -184,7 +195,8 @@ def table(results: list[dict]) -> str:
                       f"{mem['inference']['peak_bytes'] / 2**20:.0f} MiB)") if mem else "-",
                      (f"{r['live_memory_ratio']:.3f} ({mem['train']['live_peak_bytes'] / 2**20:.0f}/"
                       f"{mem['inference']['live_peak_bytes'] / 2**20:.0f} MiB)") if "live_memory_ratio" in r else "-",
-                     f"{r['dp']['speedup']:.2f}" if "dp" in r else "-"))
+                     f"{r['dp']['speedup']:.2f}" if "dp" in r else "-",
+                     f"{r['floor_vs_plain']:.3f}" if "floor_vs_plain" in r else "-"))
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     line = lambda cells: "| " + " | ".join(x.ljust(w) for x, w in zip(cells, widths)) + " |"  # noqa: E731
     return "\n".join([line(head), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
@@ -207,10 +219,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mi-budget", type=float, default=d.mi_budget)
     p.add_argument("--steps", type=int, default=d.steps, help="timed steps (after one warm-up)")
     p.add_argument("--num-directions", type=int, default=d.num_directions, help="K")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: OMP_NUM_THREADS, else the cores this process is allowed)")
     p.add_argument("--world", type=int, default=1, help="also time a data-parallel step with this many processes")
     p.add_argument("--no-scaling", dest="scaling", action="store_false", help="skip the 2N and 2M steps")
     p.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory phases")
+    p.add_argument("--no-plain", dest="plain", action="store_false",
+                   help="skip the plain transformers forward that the floor is compared with")
     p.add_argument("--memory-repeats", type=int, default=d.memory_repeats,
                    help="fresh processes per memory phase, alternating; the medians are compared")
     p.add_argument("--live-memory", action="store_true",

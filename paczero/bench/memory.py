@@ -5,7 +5,7 @@ import gc
 from collections.abc import Callable
 from dataclasses import asdict
 
-from benchmarks.step.harness import BenchConfig, Harness
+from paczero.bench.harness import BenchConfig, Harness
 
 
 def _rss_peak_reset() -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, replace
 
-from benchmarks.step.harness import BenchConfig, Harness, _median
+from paczero.bench.harness import BenchConfig, Harness, _median
 
 
 def _dp_child(rank: int, world: int, port: int, cfg_dict: dict, queue) -> None:
