@@ -94,7 +94,7 @@ class TrainConfig:
     eval_zero_shot: bool = True              # evaluate the base model on dev and test first
     rungs: list[int] | None = None           # T-ladder: steps at which one run saves and evaluates its weights
     ood_data: str | None = None              # a second labelled file (same columns), evaluated whole at the end (and zero-shot): the out-of-domain test (summary.json ood_test)
-    heldout_attack: bool = False             # after training, the loss attack on the released model: U's records against the held-out test records (summary.json heldout_attack: AUC with a bootstrap interval)
+    heldout_attack: bool = False             # after training, the loss attack on the released model: U's records against the held-out test records (summary.json heldout_attack: AUC with a bootstrap interval; a DP run keeps it in private/heldout_attack.json)
     # engineering
     token_budget: int = 4096                 # tokens per micro-batch (rows x padded length)
     lockstep_batches: int = 1                # full FT: token budgets per sign whose + and - forwards share each draw of z (0: off)
