@@ -371,8 +371,9 @@ def _add_regime(sub) -> None:
     p.add_argument("out", metavar="OUT", help="the folder of the scalars and the map")
     g = p.add_argument_group("the map")
     g.add_argument("--directions", type=int, help="K, the public directions to evaluate (default 16, or all stored)")
-    g.add_argument("--n-grid", nargs="+", type=items_of(int), action=Flatten, default=list(DEFAULT_N_GRID),
-                   help="universe sizes N (subsamples of the n_train examples; default: %(default)s)")
+    g.add_argument("--n-grid", nargs="+", type=items_of(int), action=Flatten,
+                   help=f"universe sizes N (subsamples of the n_train examples; default: those of "
+                        f"{', '.join(map(str, DEFAULT_N_GRID))} up to n_train, and n_train)")
     g.add_argument("--m-grid", nargs="+", type=items_of(int), action=Flatten, default=list(DEFAULT_M_GRID),
                    help="subset counts M (even; default: %(default)s)")
     g.add_argument("--draws", type=int, default=20, help="draws of the N examples and of the design per cell "
@@ -388,20 +389,28 @@ def _cmd_regime(ns) -> int:
     import shlex
 
     from paczero.config import TrainConfig
-    from paczero.regime import SCALARS, check_grid, compute_scalars, read_scalars, unanimity_map, write_map
+    from paczero.regime import (SCALARS, check_grid, compute_scalars, default_n_grid, read_scalars, unanimity_map,
+                                write_map)
 
     out = Path(ns.out).expanduser()
     flags = {k: v for k, v in vars(ns).items() if k in TrainConfig.field_names()}
-    check_grid(ns.n_grid, ns.m_grid)
+    check_grid(ns.n_grid or [], ns.m_grid)
     if ns.draws < 1 or (ns.directions is not None and ns.directions < 1):
         raise ConfigError("--draws and --directions must be >= 1")
     if ns.run and (ns.recipe or ns.config):
         raise ConfigError("--run brings its own config: give flags to change it, not --recipe or --config")
-    if not (ns.run or ns.recipe or ns.config or flags):
+    settings = [*(["--run", ns.run] if ns.run else []), *(["--recipe", ns.recipe] if ns.recipe else []),
+                *(["--config", ns.config] if ns.config else [])]
+    for k, v in flags.items():
+        flag = "--" + k.replace("_", "-")
+        settings += ([flag if v else "--no-" + flag[2:]] if isinstance(v, bool) else
+                     [flag, json.dumps(v) if isinstance(v, (dict, list)) else str(v)])
+    if not settings:  # the map again, from the scalars OUT holds
         if not (out / SCALARS).exists():
             raise ConfigError(f"{str(out)!r} holds no {SCALARS}: give the model and data (--recipe, --config or --run)")
         g, meta = read_scalars(out)
         g = g[:ns.directions] if ns.directions else g
+        n_grid, settings = ns.n_grid or default_n_grid(g.shape[1]), meta.get("settings_args", [])
     else:
         if ns.run:
             from paczero.audit import _load_config
@@ -409,22 +418,15 @@ def _cmd_regime(ns) -> int:
             cfg = TrainConfig.from_dict({**_load_config(Path(ns.run)).to_dict(), **flags}, source=ns.run).validate()
         else:
             cfg = config_from_args(ns)
-        check_grid(ns.n_grid, ns.m_grid, cfg.n_train)  # before any forward
+        n_grid = ns.n_grid or default_n_grid(cfg.n_train)
+        check_grid(n_grid, ns.m_grid, cfg.n_train)  # before any forward
         g, meta = compute_scalars(cfg, out, ns.directions or 16, run=Path(ns.run) if ns.run else None,
-                                  log=lambda line: print(line, file=sys.stderr))
-    rows = unanimity_map(g, ns.n_grid, ns.m_grid, clip=meta["clip"], draws=ns.draws)
-    given = [*(["--run", ns.run] if ns.run else []), *(["--recipe", ns.recipe] if ns.recipe else []),
-             *(["--config", ns.config] if ns.config else [])]
-    for k, v in flags.items():
-        flag = "--" + k.replace("_", "-")
-        given += ([flag if v else "--no-" + flag[2:]] if isinstance(v, bool) else
-                  [flag, json.dumps(v) if isinstance(v, (dict, list)) else str(v)])
-    given += ["--directions", str(len(g)), "--n-grid", *map(str, ns.n_grid), "--m-grid", *map(str, ns.m_grid),
-              "--draws", str(ns.draws)]
-    paths = write_map(out, rows, meta, "paczero regime " + shlex.join([ns.out, *given]))
-    print("\n".join(map(str, paths)))
+                                  settings_args=settings, log=lambda line: print(line, file=sys.stderr))
+    rows = unanimity_map(g, n_grid, ns.m_grid, clip=meta["clip"], draws=ns.draws)
+    command = shlex.join(["paczero", "regime", ns.out, *settings, "--directions", str(len(g)), "--n-grid",
+                          *map(str, n_grid), "--m-grid", *map(str, ns.m_grid), "--draws", str(ns.draws)])
+    print("\n".join(map(str, write_map(out, rows, meta, command))))
     return 0
-
 
 def version() -> str:
     """The installed paczero's version (its package metadata)."""

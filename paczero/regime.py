@@ -28,8 +28,8 @@ import numpy as np
 
 from paczero.config import ConfigError, TrainConfig
 
-__all__ = ["SCALARS", "DEFAULT_N_GRID", "DEFAULT_M_GRID", "compute_scalars", "read_scalars", "unanimity_map",
-           "write_map"]
+__all__ = ["SCALARS", "DEFAULT_N_GRID", "DEFAULT_M_GRID", "compute_scalars", "default_n_grid", "read_scalars",
+           "unanimity_map", "write_map"]
 
 SCALARS = "scalars.npz"
 DEFAULT_N_GRID = (64, 128, 256, 512, 1000)
@@ -37,6 +37,11 @@ DEFAULT_M_GRID = (16, 32, 64, 128)
 #: the settings that make two sets of scalars comparable: stored with them, checked on a resume
 _KEYS = ("model", "track", "lora_r", "lora_alpha", "lora_targets", "dtype", "task", "data", "columns", "template",
          "verbalizer", "labels", "objective", "max_length", "n_train", "data_seed", "seed", "mu", "clip")
+
+
+def default_n_grid(universe: int) -> list[int]:
+    """The N of :data:`DEFAULT_N_GRID` up to the universe's size, and the universe's size."""
+    return sorted({n for n in DEFAULT_N_GRID if n <= universe} | {universe})
 
 
 def check_grid(n_grid: Sequence[int], m_grid: Sequence[int], universe: int | None = None) -> None:
@@ -84,10 +89,11 @@ def _universe(cfg: TrainConfig) -> list:
 
 
 def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path | None = None,
-                    log: Callable[[str], None] = print) -> tuple[np.ndarray, dict]:
+                    settings_args: Sequence[str] = (), log: Callable[[str], None] = print) -> tuple[np.ndarray, dict]:
     """The scalars ``[directions, n_train]`` of the config's model (``run``: that finished run's released weights,
     ``RUN/selected.safetensors``) along directions 0 .. K-1, written to ``OUT/scalars.npz`` after each one.
-    What is stored there for the same settings is kept and continued; other settings are refused."""
+    What is stored there for the same settings is kept and continued; other settings are refused.
+    ``settings_args``: the command-line arguments that gave the settings, stored to name the command."""
     from paczero.build import build, load_trainable
     from paczero.models import trainable_parameters
     from paczero.zo import Perturber, two_point_scalars
@@ -97,6 +103,7 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
         raise ConfigError(f"run {str(run)!r} is not finished (no selected.safetensors)")
     examples = _universe(cfg)
     meta = _meta(cfg, weights, examples)
+    named = {"settings_args": list(settings_args)}  # how the settings were given: stored, not compared
     out.mkdir(parents=True, exist_ok=True)
     g = np.zeros((0, len(examples)))
     seconds: list[float] = []
@@ -109,7 +116,7 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
                               f"{stored.get(differ[0])!r}, not {meta[differ[0]]!r}); choose another folder")
         seconds = list(stored.get("seconds", []))
     if len(g) >= directions:
-        return g[:directions], {**stored, **meta, "seconds": seconds}
+        return g[:directions], {**stored, **meta, **named, "seconds": seconds}
     setup = build(cfg, examples=(examples, [], []))
     params = trainable_parameters(setup.model, cfg.track)
     if run is not None:
@@ -122,7 +129,7 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     from paczero.build import environment
 
     env = environment(setup.device)
-    meta["directions_generator"] = perturber.directions
+    meta.update(named, directions_generator=perturber.directions)
     meta["machine"] = f"{env['hardware']}, torch {env['torch']}"
     meta["date"] = time.strftime("%Y-%m-%d", time.gmtime())
     try:

@@ -52,9 +52,11 @@ def test_an_interrupted_computation_resumes_and_other_settings_are_refused(tmp_p
     a, b = read_scalars(once)[0], read_scalars(twice)[0]
     assert np.array_equal(a, b)
     assert (twice / "regime.csv").read_text() == (once / "regime.csv").read_text()
-    assert main(["regime", str(twice), "--n-grid", "16", "--m-grid", "4", "--directions", "2"]) == 0  # no forwards
+    assert main(["regime", str(twice), "--m-grid", "4", "--directions", "2"]) == 0  # no forwards
     rows = (twice / "regime.csv").read_text().splitlines()
-    assert len(rows) == 2 and rows[1].startswith("16,4,2,20,")
+    assert len(rows) == 2 and rows[1].startswith("16,4,2,20,")  # the default grid: N up to the universe's 16
+    command = next(line for line in (twice / "regime.md").read_text().splitlines() if line.startswith("Command:"))
+    assert "--model tiny-llama" in command and "--directions 2 --n-grid 16 --m-grid 4 --draws 20" in command
     before = (twice / SCALARS).read_bytes()
     assert main(["regime", str(twice), *TINY, "--mu", "1e-2", "--directions", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
