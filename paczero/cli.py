@@ -386,47 +386,9 @@ def _add_regime(sub) -> None:
 
 
 def _cmd_regime(ns) -> int:
-    import shlex
+    from paczero.regime import regime_command
 
-    from paczero.config import TrainConfig
-    from paczero.regime import (SCALARS, check_grid, compute_scalars, default_n_grid, read_scalars, unanimity_map,
-                                write_map)
-
-    out = Path(ns.out).expanduser()
-    flags = {k: v for k, v in vars(ns).items() if k in TrainConfig.field_names()}
-    check_grid(ns.n_grid or [], ns.m_grid)
-    if ns.draws < 1 or (ns.directions is not None and ns.directions < 1):
-        raise ConfigError("--draws and --directions must be >= 1")
-    if ns.run and (ns.recipe or ns.config):
-        raise ConfigError("--run brings its own config: give flags to change it, not --recipe or --config")
-    settings = [*(["--run", ns.run] if ns.run else []), *(["--recipe", ns.recipe] if ns.recipe else []),
-                *(["--config", ns.config] if ns.config else [])]
-    for k, v in flags.items():
-        flag = "--" + k.replace("_", "-")
-        settings += ([flag if v else "--no-" + flag[2:]] if isinstance(v, bool) else
-                     [flag, json.dumps(v) if isinstance(v, (dict, list)) else str(v)])
-    if not settings:  # the map again, from the scalars OUT holds
-        if not (out / SCALARS).exists():
-            raise ConfigError(f"{str(out)!r} holds no {SCALARS}: give the model and data (--recipe, --config or --run)")
-        g, meta = read_scalars(out)
-        g = g[:ns.directions] if ns.directions else g
-        n_grid, settings = ns.n_grid or default_n_grid(g.shape[1]), meta.get("settings_args", [])
-    else:
-        if ns.run:
-            from paczero.audit import _load_config
-
-            cfg = TrainConfig.from_dict({**_load_config(Path(ns.run)).to_dict(), **flags}, source=ns.run).validate()
-        else:
-            cfg = config_from_args(ns)
-        n_grid = ns.n_grid or default_n_grid(cfg.n_train)
-        check_grid(n_grid, ns.m_grid, cfg.n_train)  # before any forward
-        g, meta = compute_scalars(cfg, out, ns.directions or 16, run=Path(ns.run) if ns.run else None,
-                                  settings_args=settings, log=lambda line: print(line, file=sys.stderr))
-    rows = unanimity_map(g, n_grid, ns.m_grid, clip=meta["clip"], draws=ns.draws)
-    command = shlex.join(["paczero", "regime", ns.out, *settings, "--directions", str(len(g)), "--n-grid",
-                          *map(str, n_grid), "--m-grid", *map(str, ns.m_grid), "--draws", str(ns.draws)])
-    print("\n".join(map(str, write_map(out, rows, meta, command))))
-    return 0
+    return regime_command(ns)
 
 def version() -> str:
     """The installed paczero's version (its package metadata)."""
