@@ -94,7 +94,7 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     ``RUN/selected.safetensors``) along directions 0 .. K-1, written to ``OUT/scalars.npz`` after each one.
     What is stored there for the same settings is kept and continued; other settings are refused.
     ``settings_args``: the command-line arguments that gave the settings, stored to name the command."""
-    from paczero.build import build, load_trainable
+    from paczero.build import build, environment, load_trainable
     from paczero.models import trainable_parameters
     from paczero.zo import Perturber, two_point_scalars
 
@@ -126,12 +126,9 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches,
                           token_budget=cfg.token_budget)
     batches = setup.task.make_batches(setup.universe, token_budget=cfg.token_budget)
-    from paczero.build import environment
-
     env = environment(setup.device)
-    meta.update(named, directions_generator=perturber.directions)
-    meta["machine"] = f"{env['hardware']}, torch {env['torch']}"
-    meta["date"] = time.strftime("%Y-%m-%d", time.gmtime())
+    meta.update(named, directions_generator=perturber.directions, date=time.strftime("%Y-%m-%d", time.gmtime()),
+                machine=f"{env['hardware']}, torch {env['torch']}")
     try:
         for j in range(len(g), directions):
             t0 = time.perf_counter()
