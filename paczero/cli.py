@@ -1,4 +1,4 @@
-"""Command line: ``paczero train | eval | push | privacy | recipes | sweep | report | audit | bench``.
+"""Command line: ``paczero train | eval | push | privacy | recipes | sweep | report | audit | bench | regime``.
 
 Every field of :class:`paczero.config.TrainConfig` is a flag of ``train``
 (``mi_budget`` is ``--mi-budget``). Values merge in this order: defaults, a
@@ -58,7 +58,7 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"paczero {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in (_add_train, _add_eval, _add_push, _add_privacy, _add_recipes, _add_sweep, _add_report, _add_audit,
-                _add_bench):
+                _add_bench, _add_regime):
         add(sub)
     return parser
 
@@ -358,6 +358,40 @@ def _cmd_bench(ns) -> int:
     return bench.run(p.parse_args(ns.bench_args))
 
 
+# ---------------------------------------------------------------------------- paczero regime
+def _add_regime(sub) -> None:
+    """`paczero regime`: the share of unanimous directions for every N and M of a grid (paczero/regime.py)."""
+    from paczero.regime import DEFAULT_M_GRID, DEFAULT_N_GRID
+
+    p = sub.add_parser("regime", help="how often PAC's M subset signs agree, for every universe size N and subset "
+                       "count M of a grid, from a model's per-example scalars (no training)",
+                       description="Evaluate a model (the config's base model, or --run's released weights) along "
+                       "K public directions over n_train examples (two forwards each), store the scalars in "
+                       "OUT/scalars.npz (resumable), and write the share of unanimous directions for every (N, M) "
+                       "to OUT/regime.csv, regime.md and regime.png. Given only OUT, the map is drawn again from "
+                       "the stored scalars.")
+    p.add_argument("out", metavar="OUT", help="the folder of the scalars and the map")
+    g = p.add_argument_group("the map")
+    g.add_argument("--directions", type=int, help="K, the public directions to evaluate (default 16, or all stored)")
+    g.add_argument("--n-grid", nargs="+", type=items_of(int), action=Flatten,
+                   help=f"universe sizes N (subsamples of the n_train examples; default: those of "
+                        f"{', '.join(map(str, DEFAULT_N_GRID))} up to n_train, and n_train)")
+    g.add_argument("--m-grid", nargs="+", type=items_of(int), action=Flatten, default=list(DEFAULT_M_GRID),
+                   help="subset counts M (even; default: %(default)s)")
+    g.add_argument("--draws", type=int, default=20, help="draws of the N examples and of the design per cell "
+                   "(default: 20)")
+    g = p.add_argument_group("where the settings come from")
+    g.add_argument("--run", help="a finished run: its config, and its released weights (selected.safetensors)")
+    g.add_argument("--recipe", help="a shipped recipe (its model, data and prompt; n_train sets the universe)")
+    g.add_argument("--config", help="a YAML file of TrainConfig keys")
+    add_config_flags(p)
+
+
+def _cmd_regime(ns) -> int:
+    from paczero.regime import regime_command
+
+    return regime_command(ns)
+
 def version() -> str:
     """The installed paczero's version (its package metadata)."""
     from importlib.metadata import PackageNotFoundError
@@ -410,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         ns = parser.parse_args(argv)
         handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes,
                    "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit, "bench": _cmd_bench,
-                   "push": _cmd_push}
+                   "push": _cmd_push, "regime": _cmd_regime}
         return handler[ns.command](ns)
     except (UsageError, ValueError) as e:  # ConfigError, CheckpointError and bad values are ValueErrors
         return bad_input(e)

@@ -37,6 +37,9 @@ CPU_SHARED = {"model": "smollm2-135m-instruct", "lora_r": 8, "lora_alpha": 16, "
               "verbalizer": {0: " terrible", 1: " great"}, "n_train": 64, "n_dev": 100, "n_test": 500, "mu": 1e-2,
               "weight_decay": 0.0, "eval_zero_shot": True, "dev_best": True, "select_metric": "loss",
               "checkpoint_every": 25, "token_budget": 2048}
+#: the regime table's settings on top of CPU_SHARED: the paper's M = 128 on a larger universe, in fp32 (this
+#: table's machine has no native bf16) at fp32's mu (docs/performance.md, bf16 on CPU)
+CPU_REGIME_SHARED = {**CPU_SHARED, "dtype": "fp32", "mu": 1e-3, "n_train": 256, "checkpoint_every": 10}
 CPU_SEEDS = [0, 1, 2]
 CPU_DATA = ("imdb.jsonl, the IMDb file of the UCI Sentiment Labelled Sentences (Kotzias et al., KDD 2015; "
             "CC BY 4.0): 1000 review sentences, 500 positive, rows {\"text\", \"label\"}")
@@ -50,6 +53,14 @@ TUNED_OOD = ("yelp.jsonl, the Yelp file of the same collection (CC BY 4.0): 1000
 #: runs'), and a run's start (process, model load)
 CPU_S_DIRECTION = 0.479
 CPU_S_FORWARD, CPU_S_FT_EXTRA, CPU_S_START = (2.81 - CPU_S_DIRECTION) / 128, 4.56 - 2.81, 15.0
+#: the regime table's machine, 2-core AMD EPYC (AVX2, no native bf16), fp32, mu = 1e-3, 2026-11-26: one example's
+#: forward, the process CPU seconds of `paczero regime` over 1000 IMDb sentences (2000 forwards of a direction)
+#: halved for its 2 threads (the machine was shared: wall seconds were 2.4x that); a direction's fixed cost is
+#: CPU_S_DIRECTION's (the bf16 machine's intercept; at most 20 s of a run here)
+CPU_FP32_S_DIRECTION, CPU_FP32_S_FORWARD = CPU_S_DIRECTION, 0.054
+CPU_FP32_MEASURED = ("2026-11-26 on a 2-core AMD EPYC (AVX2, no native bf16), fp32: a forward is the process CPU "
+                     "time of `paczero regime` over 1000 IMDb sentences (2000 forwards of one direction) halved for "
+                     "its 2 threads (the machine was shared), the fixed cost the bf16 machine's intercept (`cpu-scale`)")
 
 
 def base(task: str, size: str, track: str) -> dict:
@@ -70,7 +81,8 @@ def read_grid(path: Path = GRID) -> list[dict]:
     for row in csv.DictReader(path.open()):
         meta = {"table", "cell", "base", "seeds", "forwards", "method", "source", "title", "paper"}
         values = {k: json.loads(v) for k, v in row.items() if k not in meta and v != ""}
-        cfg = {**(CPU_SHARED if row["base"] == "cpu" else base(*row["base"].split())), **values}
+        shared = {"cpu": CPU_SHARED, "cpu-regime": CPU_REGIME_SHARED}.get(row["base"])
+        cfg = {**(shared if shared is not None else base(*row["base"].split())), **values}
         cells.append({"table": row["table"], "cell": row["cell"], "title": row["title"], "cfg": cfg,
                       "seeds": [int(s) for s in row["seeds"].split()], "source": row["source"], "paper": _paper(row),
                       "forwards": json.loads(row["forwards"]) if row["forwards"] else None,
@@ -220,8 +232,9 @@ def cpu_seconds(cfg: dict, forwards: float) -> float:
 def render_cpu(c: dict) -> str:
     """A CPU table's recipe: its header (long lines wrapped as comments), the recipe block and the config."""
     table, cfg, fw = c["table"], c["cfg"], c["forwards"]
+    seconds = regime_seconds(cfg, fw) if table == "cpu-regime" else cpu_seconds(cfg, fw)
     head = (TEMPLATES / f"{table}-header.txt").read_text().format(
-        title=c["title"], name=f"{table}/{c['cell']}", data=CPU_DATA, ood=TUNED_OOD, minutes=cpu_seconds(cfg, fw) / 60,
+        title=c["title"], name=f"{table}/{c['cell']}", data=CPU_DATA, ood=TUNED_OOD, minutes=seconds / 60,
         seeds=" ".join(map(str, CPU_SEEDS)), seed0=CPU_SEEDS[0], steps=cfg["steps"], forwards=fw, track=cfg["track"])
     head = "\n".join(line if len(line) <= 110 else "\n# ".join(textwrap.wrap(line, 108, break_on_hyphens=False))
                      for line in head.splitlines()) + "\n"
@@ -269,6 +282,56 @@ def cpu_tuned_readme(cells: list[dict]) -> str:
         seeds_hours=sum(cpu_seconds(cfg, fw) for _, cfg, fw, _ in methods.values()) * (len(CPU_SEEDS) - 1) / 3600)
 
 
+#: the regime table's out-of-domain file (Yelp): its sentences, evaluated zero-shot and at the end
+REGIME_OOD_ROWS = 1000
+
+
+def regime_eval_forwards(cfg: dict) -> int:
+    """A regime run's evaluation forwards: zero-shot dev, test and out-of-domain file, 5 dev evaluations, the final
+    test and out-of-domain file, the loss attack's records of U and of test."""
+    return (cfg["n_dev"] + cfg["n_test"] + REGIME_OOD_ROWS + 5 * cfg["n_dev"] + cfg["n_test"] + REGIME_OOD_ROWS
+            + cfg["n_train"] + cfg["n_test"])
+
+
+def regime_seconds(cfg: dict, forwards: float) -> float:
+    """A regime cell's estimated seconds per run in fp32: steps x (directions x fixed + forwards x s) + the
+    evaluations' forwards x s + start."""
+    per_step = cfg["num_directions"] * CPU_FP32_S_DIRECTION + forwards * CPU_FP32_S_FORWARD
+    return cfg["steps"] * per_step + regime_eval_forwards(cfg) * CPU_FP32_S_FORWARD + CPU_S_START
+
+
+def _regime_steps(cfg: dict, n: int, minutes: float = 20.0) -> int:
+    """The most PAC steps (a multiple of 5, for 5 dev evaluations) a run at universe size ``n`` fits in ``minutes``."""
+    fixed = regime_eval_forwards({**cfg, "n_train": n}) * CPU_FP32_S_FORWARD + CPU_S_START
+    return int((minutes * 60 - fixed) / (CPU_FP32_S_DIRECTION + 2 * n * CPU_FP32_S_FORWARD)) // 5 * 5
+
+
+def cpu_regime_readme(cells: list[dict]) -> str:
+    """Each method's grid is its three middle learning rates (its edges run only when the choice lies at an end)."""
+    methods: dict = {}
+    for c in cells:
+        methods.setdefault(c["method"], (c["title"].rsplit(", lr", 1)[0], c["cfg"], c["forwards"], []))[3].append(
+            c["cfg"]["lr"])
+    grid = {m: sorted(lrs)[1:-1] for m, (_, _, _, lrs) in methods.items()}
+    patterns = " \\\n       ".join(f"cpu-regime/{m}-lr{{{','.join(_sci(x) for x in grid[m])}}}" for m in methods)
+    in_grid = [(c["cfg"], c["forwards"]) for c in cells if c["cfg"]["lr"] in grid[c["method"]]]
+    rows = [f"| `{m}-lr*` | {t} | {cfg['steps']} | {', '.join(_sci(x) for x in sorted(lrs))} | "
+            f"{cfg['lr_schedule']} | {regime_seconds(cfg, fw) / 60:.1f} |" for m, (t, cfg, fw, lrs) in methods.items()]
+    pac = next(cfg for _, cfg, _, _ in methods.values() if cfg["mechanism"] == "pac-zpl")
+    dp = next(cfg for _, cfg, _, _ in methods.values() if cfg["mechanism"] == "dpzero-aggzo1")
+    return (TEMPLATES / "cpu-regime-README.md").read_text().format(
+        table="cpu-regime", data=CPU_DATA, ood=TUNED_OOD, rows="\n".join(rows), grid_n=len(in_grid),
+        patterns=patterns, grid_hours=sum(regime_seconds(cfg, fw) for cfg, fw in in_grid) / 3600,
+        seeds_hours=sum(regime_seconds(cfg, fw) for _, cfg, fw, _ in methods.values()) * (len(CPU_SEEDS) - 1) / 3600,
+        n=pac["n_train"], forwards=2 * pac["n_train"], t_pac=pac["steps"], every_pac=pac["eval_every"],
+        t_dp=dp["steps"], every_dp=dp["eval_every"], s_direction=CPU_FP32_S_DIRECTION,
+        step_s=CPU_FP32_S_DIRECTION + 2 * pac["n_train"] * CPU_FP32_S_FORWARD, eval_s=regime_eval_forwards(pac)
+        * CPU_FP32_S_FORWARD, t_128=_regime_steps(pac, 128), t_512=_regime_steps(pac, 512),
+        t_n=_regime_steps(pac, pac["n_train"]),
+        n_1000=1000 / pac["n_train"],
+        s_forward_ms=CPU_FP32_S_FORWARD * 1000, s_start=CPU_S_START, measured=CPU_FP32_MEASURED)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report stale or missing recipes and exit 1, write nothing")
@@ -279,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     wanted[ROOT / "paper_results.csv"] = paper_results_csv([c for c in cells if c["paper"] is not None])
     wanted[ROOT / "cpu-scale" / "README.md"] = cpu_scale_readme([c for c in cells if c["table"] == "cpu-scale"])
     wanted[ROOT / "cpu-tuned" / "README.md"] = cpu_tuned_readme([c for c in cells if c["table"] == "cpu-tuned"])
+    wanted[ROOT / "cpu-regime" / "README.md"] = cpu_regime_readme([c for c in cells if c["table"] == "cpu-regime"])
     existing = {p for t in {c["table"] for c in cells} for p in (ROOT / t).glob("*.yaml")}
     stale = sorted(p for p, text in wanted.items() if not p.exists() or p.read_text() != text)
     extra = sorted(existing - set(wanted))

@@ -16,9 +16,10 @@ from paczero.config import TrainConfig, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = list_recipes()
-NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/"))]  # the paper's cells
+NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/", "cpu-regime/"))]  # the paper's
 CPU = [n for n in ALL if n.startswith("cpu-scale/")]  # the CPU-scale table (its data file is not shipped)
 TUNED = [n for n in ALL if n.startswith("cpu-tuned/")]  # the tuned CPU table (data and ood files not shipped)
+REGIME = [n for n in ALL if n.startswith("cpu-regime/")]  # the tuned table at M = 128 (the same files)
 DEMO_FILE = REPO / "paczero" / "data" / "demo_sentiment.jsonl"  # a file with the "text" and "label" columns
 
 
@@ -182,7 +183,7 @@ def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
 
     seen = set()
     for name in list_recipes():
-        data = ["--data", str(DEMO_FILE)] if name in CPU or name in TUNED else []
+        data = ["--data", str(DEMO_FILE)] if name in CPU or name in TUNED or name in REGIME else []
         assert main(["train", "--recipe", name, "--print-config", *data]) == 0
         printed = capsys.readouterr().out
         path = tmp_path / "printed.yaml"
@@ -335,6 +336,44 @@ def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
             for c in by_method[m]} == {0.5, 1.0, 2.0}
     assert {c.mi_budget for m in ("lora-mi0.33-skip", "lora-mi0.001-skip") for c in by_method[m]} == {0.33, 1e-3}
     assert {c.noised_coef for m in ("lora-mi0.33-pm", "lora-mi0.001-pm") for c in by_method[m]} == {"posterior-mean"}
+
+
+def test_cpu_regime_table_grids_every_method_around_its_cpu_tuned_choice():
+    """The regime table: MeZO, PAC-ZPL with both coin rules, PAC-MI 1e-3 with the posterior mean and DPZero at
+    epsilon 2, each at 5 learning rates (3 in the grid, an edge each side) centred on its cpu-tuned choice on dev
+    (docs/results/cpu-tuned.md: 5e-3, 1e-2, 2e-2, 1e-2, 2.5e-4); M = 128 and N = 256 in fp32 at fp32's mu, 5 dev
+    evaluations per run, DP matched to a PAC cell's expected example forwards; the README's estimate of every
+    run is at most 20 minutes. Red if a grid is off its centre, a method's cells differ in more than lr, or a
+    cell outgrows the budget."""
+    by_method: dict[str, list] = {}
+    for name in REGIME:
+        method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
+        by_method.setdefault(method, []).append(cpu_cfg(name).validate())
+    centre = {"lora-mezo": 5e-3, "lora-zpl": 1e-2, "lora-zpl-skip": 2e-2, "lora-mi0.001-pm": 1e-2,
+              "lora-dpzero-eps2": 2.5e-4}
+    assert set(by_method) == set(centre)
+    for method, cfgs in by_method.items():
+        lrs = sorted(c.lr for c in cfgs)
+        assert len(lrs) == 5 and lrs[2] == centre[method], method
+        rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
+        assert len(rest) == 1, method
+        c = cfgs[0]
+        assert (c.dtype, c.mu, c.n_train, c.n_dev, c.n_test, c.heldout_attack) == ("fp32", 1e-3, 256, 100, 500, True)
+        assert c.steps % c.eval_every == 0 and c.steps // c.eval_every == 5, method
+        if c.mechanism in ("pac-zpl", "pac-mi"):
+            assert c.num_subsets == 128 and c.clip == 25
+    pac, dp = by_method["lora-zpl"][0], by_method["lora-dpzero-eps2"][0]
+    assert dp.steps * 2 * dp.sample_rate * dp.n_train == pac.steps * 2 * pac.n_train and dp.epsilon == 2.0
+    assert {c.coin_step for c in by_method["lora-zpl"]} == {"move"}
+    assert {c.coin_step for c in by_method["lora-zpl-skip"]} == {"skip"}
+    assert {(c.mi_budget, c.noised_coef) for c in by_method["lora-mi0.001-pm"]} == {(1e-3, "posterior-mean")}
+    readme = (resolve_recipe(REGIME[0]).parent / "README.md").read_text()
+    minutes = [float(m) for m in re.findall(r"\| ([0-9.]+) \|$", readme, flags=re.M)]
+    assert len(minutes) == 5 and max(minutes) <= 20.0
+    for name in REGIME:  # each recipe's header names its own estimate, the one in the README
+        method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
+        row = next(line for line in readme.splitlines() if line.startswith(f"| `{method}-lr*` |"))
+        assert f"about {row.rsplit('|', 2)[1].strip()} min per run" in resolve_recipe(name).read_text()
 
 
 def test_every_recipe_holds_its_grid_row():

@@ -631,3 +631,39 @@ def test_a_sweep_that_ran_a_dp_run_gives_no_run_its_time():
                {"_file": "b/sweep.jsonl", "recipe": "mi", "seed": 0, "status": "done", "seconds": 20.0}]
     assert wall_seconds(records, {("dp", 0)}) == {("mi", 0): 20.0}
     assert wall_seconds(records) == {("zpl", 0): 10.0, ("dp", 0): 30.0, ("mi", 0): 20.0}  # no DP run: all timed
+
+
+def test_the_regime_table_has_the_tuned_layout_of_its_own(tmp_path):
+    """cpu-regime is a learning-rate-tuned table too: its section chooses each method's lr on the first seed's dev
+    (PAC-ZPL coin steps skipped: 1e-2 against 2e-2 and 5e-2), reports the chosen cell's seeds, and has its own
+    privacy-utility plot beside cpu-tuned's. Red if the table fell back to one row per cell (no choice), or
+    if its chosen cells were pooled with cpu-tuned's."""
+    import re
+
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    _tuned_sweep(root, tmp_path / "imdb.jsonl")
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 40, "free_steps": 40, "unanimity_rate": 0.1}
+    for cell, seeds in {"lora-zpl-skip-lr1e-2": {0: (0.86, 0.33, 0.85), 1: (0.8, 0.4, 0.81), 2: (0.8, 0.4, 0.83)},
+                        "lora-zpl-skip-lr2e-2": {0: (0.84, 0.30, 0.90)},
+                        "lora-zpl-skip-lr5e-2": {0: (0.70, 0.50, 0.60)}}.items():
+        name = f"cpu-regime/{cell}"
+        recipe = load_yaml(recipes_root() / f"{name}.yaml")
+        for seed, (dev, dev_loss, test) in seeds.items():
+            run = write_run(root, name, seed, test=test, dev=dev, privacy=zpl,
+                            **{**recipe, "data": str(tmp_path / "imdb.jsonl"), "data_seed": seed})
+            summary = json.loads((run / "summary.json").read_text())
+            summary["dev"]["loss"] = dev_loss
+            (run / "summary.json").write_text(json.dumps(summary))
+    out = write_report(root, tmp_path / "report", trajectories="none")
+    md = (out / "report.md").read_text()
+    section = md[md.index("## cpu-regime"):md.index("## cpu-tuned")]
+    chosen = re.findall(r"^\| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \| \*\*chosen\*\*", section, flags=re.M)
+    assert [(m.strip(), lr.strip()) for m, lr, _, _ in chosen] == [("PAC-ZPL (coin steps skipped)", "0.01")]
+    row = next(line for line in section.splitlines() if line.startswith("| PAC-ZPL (coin steps skipped) | 0.01 |"))
+    assert f"{100 * (0.85 + 0.81 + 0.83) / 3:.2f}" in row and "(n=3)" in row
+    assert (out / "plots" / "privacy_utility_cpu-regime.png").read_bytes().startswith(PNG)
+    assert (out / "plots" / "privacy_utility_tuned.png").read_bytes().startswith(PNG)

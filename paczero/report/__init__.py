@@ -35,7 +35,7 @@ from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row
 from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
 from paczero.config import DP_MECHANISMS
 from paczero.report import provenance
-from paczero.report.tuned import TUNED_TABLE, chosen_cells, plot_tuned, tuned_headline, tuned_table
+from paczero.report.tuned import TUNED_TABLES, chosen_cells, plot_tuned, tuned_headline, tuned_table
 from paczero.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
                                   plot_unanimity)
 from paczero.report.tables import (cell_table, comparison_table, dp_cliff_table, headline, headline_table,
@@ -132,17 +132,18 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
 def _plots(cells: list[Cell], paper_rows: list, plots_dir: Path, paper_overlay: bool, trajectories: str) -> dict:
     """The report's plots, by title (None where a plot has nothing to show). A learning-rate-tuned table's
     cells are grid points: its privacy-utility plot, MI plateau and DP cliff show the chosen ones."""
-    tuned = [c for c in cells if c.table == TUNED_TABLE]
-    untuned = [c for c in cells if c.table != TUNED_TABLE]
-    results = untuned + chosen_cells(tuned)
+    tuned = {t: [c for c in cells if c.table == t] for t in TUNED_TABLES}
+    untuned = [c for c in cells if c.table not in TUNED_TABLES]
+    results = untuned + [c for cs in tuned.values() for c in chosen_cells(cs)]
     plots = {
         "Accuracy vs MI budget": plot_mi_plateau(results, paper_rows, plots_dir / "mi_plateau.png", paper_overlay),
         "DP cliff": plot_dp_cliff(results, paper_rows, plots_dir / "dp_cliff.png", paper_overlay),
         "Unanimity rate per cell": plot_unanimity(cells, plots_dir / "unanimity.png", paper_overlay),
         "Privacy against utility": plot_privacy_utility(untuned, plots_dir / "privacy_utility.png"),
-        f"Privacy against utility, {TUNED_TABLE} (chosen learning rates)":
-            plot_tuned(tuned, plots_dir / "privacy_utility_tuned.png"),
     }
+    for t, cs in tuned.items():  # cpu-tuned's file keeps its name
+        name = "privacy_utility_tuned.png" if t == "cpu-tuned" else f"privacy_utility_{t}.png"
+        plots[f"Privacy against utility, {t} (chosen learning rates)"] = plot_tuned(cs, plots_dir / name)
     if trajectories == "first-seed":
         for c in cells:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", c.name)
@@ -162,8 +163,9 @@ def _table_sections(cells: list[Cell], paper_overlay: bool, walls) -> list[str]:
     layouts = {"headline": headline_table, "plateau": plateau_table, "plateau-lora": plateau_table,
                "dp-cliff": dp_cliff_table,
                "cpu-scale": lambda cs, _paper: "\n\n".join(filter(None, [headline(cs), comparison_table(cs, walls)])),
-               TUNED_TABLE: lambda cs, _paper: "\n\n".join(filter(None, [tuned_headline(cs), tuned_table(cs)]))}
-    complete = {"cpu-scale", TUNED_TABLE}  # layouts that show every figure of the per-cell table
+               **{t: lambda cs, _paper: "\n\n".join(filter(None, [tuned_headline(cs), tuned_table(cs)]))
+                  for t in TUNED_TABLES}}
+    complete = {"cpu-scale", *TUNED_TABLES}  # layouts that show every figure of the per-cell table
     for table in sorted(by_table):
         layout = layouts.get(table)
         if layout and any(c.name != c.runs[0].cell for c in by_table[table]):

@@ -1,6 +1,6 @@
-"""The report of a learning-rate-tuned table (``cpu-tuned``): each method's grid on the first seed's dev split,
-the value chosen there, and the chosen cells side by side on the test split, an out-of-domain file and the
-train-vs-held-out loss attack.
+"""The report of a learning-rate-tuned table (``cpu-tuned``, ``cpu-regime``): each method's grid on the first
+seed's dev split, the value chosen there, and the chosen cells side by side on the test split, an out-of-domain
+file and the train-vs-held-out loss attack.
 
 A method is a recipe name without its ``-lr<value>`` suffix. Its learning rate is chosen on the first data
 seed (the smallest seed any of its cells ran) by the released weights' dev accuracy, ties going to the lower
@@ -17,7 +17,7 @@ from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label
 from paczero.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
-TUNED_TABLE = "cpu-tuned"  # the table this layout reports
+TUNED_TABLES = ("cpu-tuned", "cpu-regime")  # the tables this layout reports
 
 
 def label(cfg: dict) -> str:
