@@ -95,9 +95,11 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     What is stored there for the same settings is kept and continued; other settings are refused.
     ``settings_args``: the command-line arguments that gave the settings, stored to name the command."""
     from paczero.build import build, environment, load_trainable
+    from paczero.hardware import fit_to_machine
     from paczero.models import trainable_parameters
     from paczero.zo import Perturber, two_point_scalars
 
+    cfg = fit_to_machine(cfg)  # dtype auto and an unset mu resolved, as a run resolves them
     weights = "base model" if run is None else str(Path(run).resolve() / "selected.safetensors")
     if run is not None and not Path(weights).is_file():
         raise ConfigError(f"run {str(run)!r} is not finished (no selected.safetensors)")

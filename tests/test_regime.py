@@ -75,7 +75,7 @@ def test_a_finished_runs_released_weights_are_evaluated(tmp_path):
     from paczero.train import train
     from paczero.zo import Perturber, two_point_scalars
 
-    cfg = TrainConfig(model="tiny-llama", task="sst2", data=str(DEMO), columns={"sentence": "text"}, n_train=16,
+    cfg = TrainConfig(model="tiny-llama", task="sst2", data=str(DEMO), columns={"sentence": "text"}, n_train=16, mu=1e-3,
                       n_dev=8, n_test=8, mechanism="mezo", steps=3, lr=0.5, eval_every=3, dtype="fp32", clip=25,
                       progress=False, out_dir=str(tmp_path / "run"))
     train(cfg, log=lambda *a: None)
