@@ -206,7 +206,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
         f"examples (selection), {_tested(summary)}.",
         f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
-        f"mu {cfg['mu']:g}, public seed {cfg['seed']}.",
+        f"mu {'as its dtype sets it' if cfg['mu'] is None else format(cfg['mu'], 'g')}, public seed {cfg['seed']}.",
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
         *license_line,
         "",

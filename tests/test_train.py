@@ -706,6 +706,7 @@ def test_label_names_on_the_command_line(tmp_path, capsys):
     assert main(flags + ["--labels", "negative,positive"]) == 0
     config = json.loads((tmp_path / "run" / "run.json").read_text())["config"]
     assert config["labels"] == ["negative", "positive"]
+    capsys.readouterr()  # the good run's own lines
     assert main(flags + ["--labels", "neg,pos", "--overwrite"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "label 'negative' is not one of the labels neg, pos" in err[0], err
