@@ -158,6 +158,6 @@ def fit_to_machine(cfg: TrainConfig) -> TrainConfig:
     said = io.StringIO()
     cfg = resolve_precision(cfg, resolve_device(cfg.device), saved=saved if isinstance(saved, dict) else None,
                             echo=said)
-    if os.environ.get("RANK", "0") == "0":  # said by build() when the model loads (announce)
+    if os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) == "0":  # said by build() when the model loads
         _PENDING[:] = said.getvalue().splitlines()
     return cfg
