@@ -116,7 +116,7 @@ def test_a_local_sweep_divides_the_cores_between_its_workers(monkeypatch, tmp_pa
         def wait(self):
             return 0
 
-    def fake_start(cmd, log_path, gpu=None, threads=None):
+    def fake_start(cmd, log_path, gpu=None, threads=None, dated=True):
         seen.append((gpu, sweep._child_env(gpu, threads).get("OMP_NUM_THREADS")))
         return Done()
 
