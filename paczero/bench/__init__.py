@@ -88,10 +88,32 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     log(f"bench: {cfg.model} {cfg.track} {cfg.dtype} on {model_device(h.model)}, N={cfg.n}, M={cfg.num_subsets}, "
         f"{len(h.batches)} micro-batches ({len(h.floor_batches)} for the floor), {torch.get_num_threads()} threads "
         f"(set-up {time.perf_counter() - t:.1f}s); z from {res['directions']}")
-
-    # Floor passes and steps alternate, and the ratio is the median of the per-pair ratios,
-    # so that a change in the machine's load hits both sides of a ratio alike.
     one_step = h.runner(cfg.num_subsets)
+    res.update(_step_against_floor(cfg, h, one_step, log))
+    if cfg.scaling:
+        res.update(_scaling(cfg, h, one_step, log))
+    if cfg.plain:
+        # the floor against a plain transformers forward of the same rows in a fresh process, interleaved
+        res.update(floor_against_plain(cfg, lambda: (h.floor_pass(), h.last_cpu_s), res["torch_threads"]))
+        log(f"  plain transformers forward {res['plain_s']:.4f}s: floor/plain {res['floor_vs_plain']:.3f} "
+            f"(pairs {', '.join(f'{x:.3f}' for x in res['floor_vs_plain_pairs'])})  cpu "
+            f"{res['floor_vs_plain_cpu']:.3f}  (goal <= 1.1)")
+    del h, one_step
+    gc.collect()
+    if cfg.memory:
+        res.update(_memory(cfg, log))
+    if cfg.world > 1:
+        # both sides spawned the same way: world 1 with all the threads, world W with threads / W each
+        res["dp"] = dp_step_time(cfg, cfg.world)
+        res["dp"]["single"] = dp_step_time(cfg, 1)
+        res["dp"]["speedup"] = res["dp"]["single"]["step_s"] / res["dp"]["step_s"]
+        log(f"  data parallel x{cfg.world}: step {res['dp']['step_s']:.4f}s, speedup {res['dp']['speedup']:.2f}")
+    return res
+
+
+def _step_against_floor(cfg: BenchConfig, h: Harness, one_step, log) -> dict:
+    """The step against twice the floor. Floor passes and steps alternate, and the ratio is the median of the
+    per-pair ratios, so that a change in the machine's load hits both sides of a ratio alike."""
     h.floor_pass()
     one_step(0)  # warm-up
     floors, floors_cpu, steps = [], [], []
@@ -99,7 +121,7 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         floors.append(h.floor_pass())
         floors_cpu.append(h.last_cpu_s)
         steps.append(one_step(i + 1))
-    res["floor_s"] = statistics.median(floors)
+    res: dict = {"floor_s": statistics.median(floors)}
     for key in ("step_s", "scalars_s", "privacy_s", "update_s"):
         res[key] = _median(steps, key)
     res["ratio"] = statistics.median(s["step_s"] / (2 * f) for s, f in zip(steps, floors))
@@ -110,58 +132,48 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     log(f"  floor   {res['floor_s']:.4f}s  step {res['step_s']:.4f}s  ratio {res['ratio']:.3f} "
         f"(pairs {', '.join(f'{x:.3f}' for x in res['ratios'])})  cpu ratio {res['cpu_ratio']:.3f}  "
         f"privacy {res['privacy_s'] * 1e3:.2f}ms")
+    return res
 
-    if cfg.scaling:
-        runs = {"base": one_step, "2n": h.runner(cfg.num_subsets, n=2 * cfg.n), "2m": h.runner(2 * cfg.num_subsets)}
-        runs["2n"](0), runs["2m"](0)  # warm-up
-        key = "step_cpu_s" if cfg.device == "cpu" else "step_s"
-        rounds = [{name: run(i + 1)[key] for name, run in runs.items()} for i in range(cfg.steps)]
-        res["scaling_clock"] = "cpu" if cfg.device == "cpu" else "wall"
-        res["scaling_base_s"] = statistics.median(r["base"] for r in rounds)
-        res["step_2n_s"] = statistics.median(r["2n"] for r in rounds)
-        res["step_2m_s"] = statistics.median(r["2m"] for r in rounds)
-        res["n_scaling"] = statistics.median(r["2n"] / r["base"] for r in rounds)
-        res["m_scaling"] = statistics.median(r["2m"] / r["base"] for r in rounds)
-        log(f"  2N {res['n_scaling']:.3f}x   2M {res['m_scaling']:.3f}x")
-    if cfg.plain:
-        # the floor against a plain transformers forward of the same rows in a fresh process, interleaved
-        res.update(floor_against_plain(cfg, lambda: (h.floor_pass(), h.last_cpu_s), res["torch_threads"]))
-        log(f"  plain transformers forward {res['plain_s']:.4f}s: floor/plain {res['floor_vs_plain']:.3f} "
-            f"(pairs {', '.join(f'{x:.3f}' for x in res['floor_vs_plain_pairs'])})  cpu "
-            f"{res['floor_vs_plain_cpu']:.3f}  (goal <= 1.1)")
-    del h
-    gc.collect()
 
-    if cfg.memory:
-        # the phases alternate (inference, train, inference, ...): a resident peak of the same code scatters
-        # by tens of MiB between processes (glibc's heap), so with repeats each phase reports its median
-        runs = _alternating_phases(cfg)
-        res["memory"] = {}
-        for phase, rs in runs.items():
-            peaks = sorted(r["peak_bytes"] for r in rs)
-            res["memory"][phase] = {**rs[0], "peak_bytes": int(statistics.median(peaks)), "peaks_bytes": peaks,
-                                    "before_bytes": int(statistics.median(r["before_bytes"] for r in rs))}
-        res["memory_ratio"] = res["memory"]["train"]["peak_bytes"] / res["memory"]["inference"]["peak_bytes"]
-        spread = ""
-        if cfg.memory_repeats > 1:
-            spread = "  (" + "; ".join(f"{p} {min(r['peaks_bytes']) / 2**20:.0f}-{max(r['peaks_bytes']) / 2**20:.0f} MiB"
-                                       for p, r in res["memory"].items()) + f", {cfg.memory_repeats} runs each)"
-        log(f"  memory  train/inference peak {res['memory_ratio']:.3f}{spread}")
-        if cfg.live_memory and not str(cfg.device).startswith("cuda"):  # CUDA's figure is live bytes already
-            live = {phase: [r["peak_bytes"] for r in rs] for phase, rs in _alternating_phases(cfg, live=True).items()}
-            for phase, peaks in live.items():
-                res["memory"][phase]["live_peak_bytes"] = int(statistics.median(peaks))
-                res["memory"][phase]["live_peaks_bytes"] = sorted(peaks)
-            res["live_memory_ratio"] = (res["memory"]["train"]["live_peak_bytes"]
-                                        / res["memory"]["inference"]["live_peak_bytes"])
-            log(f"  memory  train/inference peak of live tensor bytes {res['live_memory_ratio']:.3f} ("
-                + "; ".join(f"{p} {res['memory'][p]['live_peak_bytes'] / 2**20:.0f} MiB" for p in live) + ")")
-    if cfg.world > 1:
-        # both sides spawned the same way: world 1 with all the threads, world W with threads / W each
-        res["dp"] = dp_step_time(cfg, cfg.world)
-        res["dp"]["single"] = dp_step_time(cfg, 1)
-        res["dp"]["speedup"] = res["dp"]["single"]["step_s"] / res["dp"]["step_s"]
-        log(f"  data parallel x{cfg.world}: step {res['dp']['step_s']:.4f}s, speedup {res['dp']['speedup']:.2f}")
+def _scaling(cfg: BenchConfig, h: Harness, one_step, log) -> dict:
+    """A step at 2N and at 2M against the base step, rounds interleaved."""
+    runs = {"base": one_step, "2n": h.runner(cfg.num_subsets, n=2 * cfg.n), "2m": h.runner(2 * cfg.num_subsets)}
+    runs["2n"](0), runs["2m"](0)  # warm-up
+    key = "step_cpu_s" if cfg.device == "cpu" else "step_s"
+    rounds = [{name: run(i + 1)[key] for name, run in runs.items()} for i in range(cfg.steps)]
+    res = {"scaling_clock": "cpu" if cfg.device == "cpu" else "wall",
+           "scaling_base_s": statistics.median(r["base"] for r in rounds),
+           "step_2n_s": statistics.median(r["2n"] for r in rounds),
+           "step_2m_s": statistics.median(r["2m"] for r in rounds),
+           "n_scaling": statistics.median(r["2n"] / r["base"] for r in rounds),
+           "m_scaling": statistics.median(r["2m"] / r["base"] for r in rounds)}
+    log(f"  2N {res['n_scaling']:.3f}x   2M {res['m_scaling']:.3f}x")
+    return res
+
+
+def _memory(cfg: BenchConfig, log) -> dict:
+    """Peak memory of training against inference, one fresh process per phase. The phases alternate
+    (inference, train, inference, ...): a resident peak of the same code scatters by tens of MiB between
+    processes (glibc's heap), so with repeats each phase reports its median."""
+    memory = {}
+    for phase, rs in _alternating_phases(cfg).items():
+        peaks = sorted(r["peak_bytes"] for r in rs)
+        memory[phase] = {**rs[0], "peak_bytes": int(statistics.median(peaks)), "peaks_bytes": peaks,
+                         "before_bytes": int(statistics.median(r["before_bytes"] for r in rs))}
+    res: dict = {"memory": memory, "memory_ratio": memory["train"]["peak_bytes"] / memory["inference"]["peak_bytes"]}
+    spread = ""
+    if cfg.memory_repeats > 1:
+        spread = "  (" + "; ".join(f"{p} {min(r['peaks_bytes']) / 2**20:.0f}-{max(r['peaks_bytes']) / 2**20:.0f} MiB"
+                                   for p, r in memory.items()) + f", {cfg.memory_repeats} runs each)"
+    log(f"  memory  train/inference peak {res['memory_ratio']:.3f}{spread}")
+    if cfg.live_memory and not str(cfg.device).startswith("cuda"):  # CUDA's figure is live bytes already
+        live = {phase: [r["peak_bytes"] for r in rs] for phase, rs in _alternating_phases(cfg, live=True).items()}
+        for phase, peaks in live.items():
+            memory[phase]["live_peak_bytes"] = int(statistics.median(peaks))
+            memory[phase]["live_peaks_bytes"] = sorted(peaks)
+        res["live_memory_ratio"] = memory["train"]["live_peak_bytes"] / memory["inference"]["live_peak_bytes"]
+        log(f"  memory  train/inference peak of live tensor bytes {res['live_memory_ratio']:.3f} ("
+            + "; ".join(f"{p} {memory[p]['live_peak_bytes'] / 2**20:.0f} MiB" for p in live) + ")")
     return res
 
 
