@@ -55,9 +55,17 @@ def check_grid(n_grid: Sequence[int], m_grid: Sequence[int], universe: int | Non
             raise ConfigError(f"every M of the grid must be even and >= 2 (a balanced design); got {m}")
 
 
+#: where the data and the weights lie: stored, not compared (their contents are, by digest), so that a moved file resumes
+_LOCATIONS = ("data", "weights")
+
+
 def _meta(cfg: TrainConfig, weights: str, examples: list) -> dict[str, Any]:
     digest = hashlib.sha256(json.dumps(examples, sort_keys=True, default=str).encode()).hexdigest()
-    return {**{k: getattr(cfg, k) for k in _KEYS}, "weights": weights, "examples_sha256": digest}
+    meta = {**{k: getattr(cfg, k) for k in _KEYS}, "weights": weights, "examples_sha256": digest}
+    if weights != "base model":
+        meta["weights_sha256"] = hashlib.sha256(Path(weights).read_bytes()).hexdigest()
+    return meta
+
 
 
 def read_scalars(out: Path) -> tuple[np.ndarray, dict[str, Any]]:
@@ -112,7 +120,8 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     stored: dict[str, Any] = {}
     if (out / SCALARS).exists():
         g, stored = read_scalars(out)
-        differ = [k for k in meta if json.dumps(stored.get(k), default=str) != json.dumps(meta[k], default=str)]
+        differ = [k for k in meta if k not in _LOCATIONS
+                  and json.dumps(stored.get(k), default=str) != json.dumps(meta[k], default=str)]
         if differ:
             raise ConfigError(f"{str(out / SCALARS)!r} holds scalars of other settings ({differ[0]}: "
                               f"{stored.get(differ[0])!r}, not {meta[differ[0]]!r}); choose another folder")

@@ -64,6 +64,33 @@ def test_an_interrupted_computation_resumes_and_other_settings_are_refused(tmp_p
     assert (twice / SCALARS).read_bytes() == before
 
 
+def test_a_moved_data_file_resumes_and_a_changed_one_is_refused(tmp_path, capsys):
+    """The data file's place is not a setting: the same rows at another path continue the stored scalars; one
+    row changed at the old path is refused with one line (the rows' digest differs). Red if the comparison
+    went by path (the copy refused, or the changed file accepted)."""
+    out = tmp_path / "map"
+    first = tmp_path / "a.jsonl"
+    first.write_bytes(DEMO.read_bytes())
+    args = [*TINY[:4], "--columns", "sentence=text", "--dtype", "fp32", "--n-train", "16", "--clip", "25",
+            "--n-grid", "16", "--m-grid", "2"]
+    assert main(["regime", str(out), *args, "--data", str(first), "--directions", "1"]) == 0
+    moved = tmp_path / "moved" / "b.jsonl"
+    moved.parent.mkdir()
+    first.rename(moved)
+    capsys.readouterr()
+    assert main(["regime", str(out), *args, "--data", str(moved), "--directions", "2"]) == 0
+    assert "direction 2/2" in capsys.readouterr().err
+    rows = moved.read_text().splitlines()
+    changed = [json.loads(r) for r in rows]
+    changed = [{**r, "text": r["text"] + " Indeed."} for r in changed]
+    first.write_text("".join(json.dumps(r) + "\n" for r in changed))
+    before = (out / SCALARS).read_bytes()
+    assert main(["regime", str(out), *args, "--data", str(first), "--directions", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "examples_sha256" in err[0] and "other settings" in err[0]
+    assert (out / SCALARS).read_bytes() == before
+
+
 def test_a_finished_runs_released_weights_are_evaluated(tmp_path):
     """--run: the run's config and its selected.safetensors. The scalars equal those of the base model with the
     released weights loaded by hand, and differ from the base model's. Red if the weights were not loaded."""
