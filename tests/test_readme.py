@@ -25,7 +25,7 @@ def _own_data_command() -> list[str]:
 
 def test_the_own_data_command_trains_on_a_60_row_csv_and_selects_on_dev(tmp_path, monkeypatch, capsys):
     """The README's command on a 60-row CSV with `text` and `label` columns and the tiny test model in place of
-    SmolLM2 (flags given later win), its 40 steps as written: with no sizes given, the file is used as given
+    SmolLM2 (flags given later win), its 60 steps as written: with no sizes given, the file is used as given
     (12 test rows, 10 dev, 38 in U) and one line says so; dev is evaluated every 20 steps (so dev selects the
     released weights); one line says that 10 dev and 12 test rows resolve little. Red if the default sizes
     (1000 + 500) apply, if the command evaluates on dev only at its last step (eval_every 100), if the
@@ -37,7 +37,7 @@ def test_the_own_data_command_trains_on_a_60_row_csv_and_selects_on_dev(tmp_path
     monkeypatch.chdir(tmp_path)
     args = _own_data_command()
     assert "--data" in args and args[args.index("--data") + 1] == "reviews.csv"
-    assert main(args + ["--model", "tiny-llama", "--dtype", "fp32", "--no-progress"]) == 0
+    assert main(args + ["--model", "tiny-llama", "--dtype", "fp32", "--steps", "40", "--no-progress"]) == 0
     out, err = capsys.readouterr()
     assert "U = 38 rows, dev = 10, test = 12" in err
     notes = [line for line in out.splitlines() if "resolve little" in line]
