@@ -291,6 +291,9 @@ def step_batches(task, universe: list, full_batches: list, idx, token_budget: in
 
 
 def evaluate(setup: Setup, enc: list) -> dict[str, float]:
+    from paczero.thread_share import refresh
+
+    refresh()  # the threads of this process's share of its cores (paczero/thread_share.py)
     with torch.inference_mode():
         return {k: float(v) for k, v in setup.task.evaluate(setup.model, enc, token_budget=setup.cfg.token_budget).items()}
 

@@ -8,7 +8,8 @@ fits the dtype: 1e-2 for bf16 (at 1e-3 the two-point difference drowns in bf16's
 The run records what they resolved to (run.json ``config``).
 
 A paczero process uses the cores it is allowed (``os.sched_getaffinity``) for torch's intra-op threads;
-``threads`` (``--threads``) sets the number, and a local sweep divides the cores between its workers.
+``threads`` (``--threads``) sets the number, a local sweep divides the cores between its workers, and
+runs that chose no number share the cores they overlap on (paczero/thread_share.py).
 """
 from __future__ import annotations
 
@@ -130,13 +131,14 @@ def set_threads(threads: int | None) -> int:
     per rank, a local sweep per worker), else the cores this process is allowed. Returns the number."""
     import torch
 
-    n = threads or _omp_threads() or allowed_cores()
+    n = threads or omp_threads() or allowed_cores()
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
 
 
-def _omp_threads() -> int | None:
+def omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as a count (torchrun and a local sweep set it per process), or None."""
     try:
         n = int(os.environ.get("OMP_NUM_THREADS", ""))
     except ValueError:

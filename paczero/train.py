@@ -99,7 +99,8 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json).
     ``given``: a model, tokenizer or examples given in memory in place of the config's (paczero.api)."""
     from paczero.distributed import init_from_env, stop_ranks
-    from paczero.hardware import fit_to_machine
+    from paczero.hardware import fit_to_machine, omp_threads
+    from paczero.thread_share import ThreadShare
 
     try:
         cfg = config.validate()
@@ -116,7 +117,8 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
         if not ranks.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
             from paczero.distributed import run_follower
             return run_follower(cfg, ranks)
-        return _train(cfg, ranks, run_dir, log, given)
+        with ThreadShare(cfg.threads or omp_threads()):  # threads shared with paczero runs on the same cores
+            return _train(cfg, ranks, run_dir, log, given)
     finally:
         if lock is not None:
             lock.release()
@@ -284,6 +286,7 @@ def _begin(run: Run) -> None:
 
 def _loop(run: Run) -> tuple[int, bool]:
     """Steps ``run.start`` .. T-1 of Algorithm 1; returns (steps done, whether a stop request ended it early)."""
+    from paczero.thread_share import refresh as refresh_threads
     from paczero.zo import zo_step
 
     cfg, setup, mechanism, ranks = run.cfg, run.setup, run.mechanism, run.ranks
@@ -297,6 +300,7 @@ def _loop(run: Run) -> tuple[int, bool]:
     with StopRequest() as stop, open(run.run_dir / "log.jsonl", "a") as log_file, run.tracker:
         for step in range(run.start, cfg.steps):
             t0 = time.time()
+            refresh_threads()
             idx = mechanism.batch_indices(run.n)  # PAC: None, the whole universe; DP: a private Poisson sample
             ranks.announce(step, idx)
             batches, rows = step_batches(task, setup.universe, run.full_batches, idx, cfg.token_budget)
