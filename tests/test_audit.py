@@ -191,3 +191,48 @@ def test_last_bits_audit_finds_nothing_on_a_run_and_the_leak_on_float_values(mi_
     leak = audit_transcript(floats)
     assert leak["releases"] == n and leak["sampler"] == "float"
     assert leak["decided"] >= 0.2 * n and leak["excluded_both"] == 0
+
+
+@pytest.mark.parametrize("mechanism, extra", [("dpzero-aggzo1", {}), ("dp-aggzo", {"num_directions": 3}),
+                                              ("dpzero", {})])
+def test_last_bits_audit_of_dp_runs_checks_every_coefficient(tmp_path, capsys, one_thread, mechanism, extra):
+    """`paczero audit RUN --last-bits` on a fresh DP run: every released coefficient is the image of an integer
+    noisy sum under the run's public arithmetic (so no record's presence can be tested on its last bits). One
+    coefficient moved by one ulp, or every coefficient replaced by a float-noise value with the same sigma
+    (what the mechanisms published with float samplers), is found off the grid. Red when a DP coefficient is
+    published off its integer grid, or when the check accepts any float (the ulp and float controls)."""
+    from paczero.lsb_attack import audit_transcript
+    from paczero.secure_random import SecureGenerator
+
+    run = tmp_path / "dp"
+    train(TrainConfig(model="tiny-llama", task="demo", n_train=16, n_dev=4, n_test=4, steps=6, mechanism=mechanism,
+                      epsilon=2.0, sample_rate=0.5, eval_every=6, eval_zero_shot=False, progress=False,
+                      out_dir=str(run), **extra), log=lambda *a: None)
+    assert main(["audit", str(run), "--last-bits", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)[str(run)]
+    assert found["releases"] == 6 * extra.get("num_directions", 1) and found["sampler"] == "grid"
+    assert (found["decided"], found["off_grid"]) == (0, 0)
+
+    lines = (run / "log.jsonl").read_text().splitlines()
+    moved, floats = tmp_path / "moved", tmp_path / "floats"
+    rng = SecureGenerator.from_seed(2)
+    def first_moved(i, r):  # the first coefficient of step 2, one ulp up
+        if i != 2:
+            return r
+        c = r["coef"]
+        return {**r, "coef": [math.nextafter(c[0], math.inf), *c[1:]] if isinstance(c, list)
+                else math.nextafter(c, math.inf)}
+
+    def float_noise(i, r):
+        noise = lambda s: s * float(rng.standard_normal())  # noqa: E731
+        return {**r, "coef": [noise(s) for s in r["sigma"]] if isinstance(r["sigma"], list) else noise(r["sigma"])}
+
+    for folder, change in ((moved, first_moved), (floats, float_noise)):
+        folder.mkdir()
+        (folder / "summary.json").write_bytes((run / "summary.json").read_bytes())
+        (folder / "log.jsonl").write_text("".join(json.dumps(change(i, json.loads(x))) + "\n"
+                                                  for i, x in enumerate(lines)))
+    assert audit_transcript(moved)["off_grid"] == 1
+    assert audit_transcript(floats)["off_grid"] == found["releases"]
+    assert main(["audit", str(floats), "--last-bits"]) == 0
+    assert "not the image of an integer noisy sum (float noise)" in capsys.readouterr().out
