@@ -103,7 +103,8 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     What is stored there for the same settings is kept and continued; other settings are refused.
     ``settings_args``: the command-line arguments that gave the settings, stored to name the command."""
     from paczero.build import build, environment, load_trainable
-    from paczero.hardware import fit_to_machine
+    from paczero.hardware import fit_to_machine, omp_threads
+    from paczero.thread_share import ThreadShare
     from paczero.models import trainable_parameters
     from paczero.zo import Perturber, two_point_scalars
 
@@ -140,8 +141,11 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     env = environment(setup.device)
     meta.update(named, directions_generator=perturber.directions, date=time.strftime("%Y-%m-%d", time.gmtime()),
                 machine=f"{env['hardware']}, torch {env['torch']}")
+    share = ThreadShare(cfg.threads or omp_threads())  # the cores shared with paczero trainings beside it
     try:
+        share.__enter__()
         for j in range(len(g), directions):
+            share.refresh()
             t0 = time.perf_counter()
             row, _ = two_point_scalars(perturber, j, 1, cfg.mu, batches, lambda b: setup.task.losses(setup.model, b),
                                        len(setup.universe), setup.device)
@@ -150,6 +154,7 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
             _write(out, g, {**meta, "seconds": seconds})
             log(f"direction {j + 1}/{directions}: {seconds[-1]:.1f} s ({len(setup.universe)} examples, 2 forwards each)")
     finally:
+        share.__exit__(None, None, None)
         perturber.remove()
     return g, {**meta, "seconds": seconds}
 

@@ -140,3 +140,31 @@ def test_the_thread_count_does_not_change_the_scalars(tmp_path):
                      "--n-grid", "32", "--m-grid", "8"]) == 0
         out[threads] = read_scalars(tmp_path / str(threads))[0]
     assert out[1].shape == (1, 32) and np.array_equal(out[1], out[2])
+
+
+def test_a_regime_map_takes_its_share(tmp_path, four_cores, monkeypatch):
+    """`paczero regime` computes its directions on its share of the cores: with another registered process on
+    the same 4 cores, each direction runs at 2 threads, and its entry is gone afterwards. Red if the map's
+    forwards ran on all the cores beside a training."""
+    import paczero.zo as zo
+    from paczero.cli import main
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(thread_share, "default_folder", lambda: tmp_path)
+    seen = []
+    real = zo.two_point_scalars
+
+    def spy(*a, **k):
+        seen.append(torch.get_num_threads())
+        return real(*a, **k)
+
+    monkeypatch.setattr(zo, "two_point_scalars", spy)
+    other = _other(tmp_path, FOUR)
+    try:
+        assert main(["regime", str(tmp_path / "map"), "--model", "tiny-llama", "--task", "demo", "--dtype", "fp32",
+                     "--n-train", "8", "--directions", "2", "--n-grid", "8", "--m-grid", "2"]) == 0
+    finally:
+        other.kill()
+        other.wait()
+    assert seen == [2, 2]
+    assert not (tmp_path / f"{os.getpid()}.json").exists()
