@@ -141,20 +141,20 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     env = environment(setup.device)
     meta.update(named, directions_generator=perturber.directions, date=time.strftime("%Y-%m-%d", time.gmtime()),
                 machine=f"{env['hardware']}, torch {env['torch']}")
-    share = ThreadShare(cfg.threads or omp_threads())  # the cores shared with paczero trainings beside it
     try:
-        share.__enter__()
-        for j in range(len(g), directions):
-            share.refresh()
-            t0 = time.perf_counter()
-            row, _ = two_point_scalars(perturber, j, 1, cfg.mu, batches, lambda b: setup.task.losses(setup.model, b),
-                                       len(setup.universe), setup.device)
-            seconds.append(time.perf_counter() - t0)
-            g = np.concatenate([g, row])
-            _write(out, g, {**meta, "seconds": seconds})
-            log(f"direction {j + 1}/{directions}: {seconds[-1]:.1f} s ({len(setup.universe)} examples, 2 forwards each)")
+        with ThreadShare(cfg.threads or omp_threads()) as share:  # the cores shared with paczero trainings beside it
+            for j in range(len(g), directions):
+                share.refresh()
+                t0 = time.perf_counter()
+                row, _ = two_point_scalars(perturber, j, 1, cfg.mu, batches,
+                                           lambda b: setup.task.losses(setup.model, b), len(setup.universe),
+                                           setup.device)
+                seconds.append(time.perf_counter() - t0)
+                g = np.concatenate([g, row])
+                _write(out, g, {**meta, "seconds": seconds})
+                log(f"direction {j + 1}/{directions}: {seconds[-1]:.1f} s ({len(setup.universe)} examples, "
+                    f"2 forwards each)")
     finally:
-        share.__exit__(None, None, None)
         perturber.remove()
     return g, {**meta, "seconds": seconds}
 

@@ -77,11 +77,11 @@ def test_a_fixed_count_is_kept_and_counted(tmp_path, four_cores):
 def test_an_entry_of_a_reused_pid_is_stale(tmp_path, four_cores):
     """An entry whose PID is alive but whose start time is another process's is not counted. Red if PIDs alone
     decided (a PID reused by an unrelated process would halve the threads for good)."""
+    if thread_share._start_time(os.getppid()) is None:
+        pytest.skip("no /proc here: start times unknown")
     (tmp_path / f"{os.getppid()}.json").write_text(json.dumps({"cores": sorted(FOUR), "fixed": None,
                                                                 "start": "1"}))
     with ThreadShare(folder=tmp_path, every=0) as share:
-        if thread_share._start_time(os.getppid()) is None:
-            pytest.skip("no /proc here: start times unknown")
         assert share.refresh() == 4
 
 
