@@ -140,6 +140,9 @@ def _add_sweep(sub) -> None:
     p.add_argument("--set", dest="overrides", nargs="+", action="extend", metavar="KEY=VALUE",
                    help="override recipe keys for every cell, e.g. --set dtype=bf16 token_budget=16384")
     p.add_argument("--gpus", help="'auto' (every visible GPU) or '0,1': one cell per GPU in parallel")
+    p.add_argument("--workers", type=int, default=1,
+                   help="cells at once on this machine's CPU cores, which the trainings divide step by step "
+                        "(default 1: one after another)")
     p.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
     p.add_argument("--slurm", action="store_true", help="submit one SLURM job per cell (sbatch, through submitit)")
     p.add_argument("--partition", help="SLURM partition")
@@ -301,7 +304,7 @@ def _cmd_sweep(ns) -> int:
     if ns.gpus is not None and ns.slurm:
         raise ConfigError("--gpus runs cells on this machine's GPUs; with --slurm use --gpus-per-node")
     results = sweep(ns.recipes, ns.seeds, out_root=ns.out_root, overrides=parse_overrides(ns.overrides),
-                    gpus=ns.gpus, slurm=slurm, dry_run=ns.dry_run)
+                    gpus=ns.gpus, workers=ns.workers, slurm=slurm, dry_run=ns.dry_run)
     failed = [r for r in results if r["status"] in ("failed", "stopped")]
     return 1 if failed else 0
 

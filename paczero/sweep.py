@@ -2,6 +2,7 @@
 
     paczero sweep headline/sst2-* --seeds 0 1 2                 # one run after another
     paczero sweep plateau --seeds 0 --gpus auto                  # one run per visible GPU
+    paczero sweep cpu-tuned --seeds 0 --workers 2                # two runs at once on this machine's cores
     paczero sweep dp-cliff --seeds 0 --slurm --partition gpu     # one SLURM job per cell (submitit)
 
 Cell ``(recipe, k)`` runs in ``out_root/<recipe>/seed<k>/``; next to it the sweep
@@ -18,7 +19,8 @@ Resumable: a cell whose folder holds ``summary.json`` is finished and skipped; a
 cell whose folder holds ``run.json`` but no summary was killed and resumes from
 its latest checkpoint (``--resume``); a cell whose folder another process is
 writing (its :class:`~paczero.checkpoint.RunLock`), or whose SLURM job from an
-earlier sweep is still queued, is skipped. Every decision and outcome is
+earlier sweep is still queued, is skipped; a worker looks again when it takes a cell,
+so two sweeps over one out-root share its cells. Every decision and outcome is
 appended to ``out_root/sweep.jsonl``. SLURM jobs (:class:`SlurmCell`) requeue
 themselves at a time limit and resume.
 """
@@ -288,16 +290,23 @@ class _Journal:
 
 
 def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", overrides: dict[str, Any] | None = None,
-          gpus: str | None = None, slurm: dict[str, Any] | None = None, dry_run: bool = False,
+          gpus: str | None = None, workers: int = 1, slurm: dict[str, Any] | None = None, dry_run: bool = False,
           echo: Callable[[str], None] = print) -> list[dict]:
     """Run (or submit) every (recipe, seed) cell; return the final record of each cell.
 
     ``gpus``: None (one after another), ``"auto"`` or ``"0,1"`` (one worker per GPU).
+    ``workers``: without GPUs, how many cells run at once on this machine's cores; the trainings divide the
+    cores among themselves before every step (:mod:`paczero.thread_share`), so the last cell gets them all.
     ``slurm``: the parameters of :func:`slurm_parameters`, to submit one SLURM job per cell instead.
     A cell is skipped when it is finished, when another process is writing its folder, or when the
     SLURM job a previous sweep submitted for it is still queued or running.
     """
     overrides = dict(overrides or {})
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"--workers expects a whole number of at least 1, got {workers!r}")
+    if workers > 1 and (gpus is not None or slurm is not None):
+        raise ConfigError("--workers runs cells at once on this machine's CPU cores; with --gpus one cell runs per GPU, "
+                          "with --slurm one per job")
     cells = plan(patterns, seeds, out_root)
     if slurm is not None and not dry_run:
         check_slurm()
@@ -310,7 +319,8 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
     todo, results, private_time = _triage(cells, overrides, journal, queued)
     if slurm is not None:
         return results + _submit_slurm(todo, slurm, journal, dated=not private_time)
-    results += _run_local(todo, visible_gpus(gpus) or [None], journal, private_time)
+    slots = [(g, g) for g in visible_gpus(gpus) or []] or [(f"cpu{i}", None) for i in range(workers)]
+    results += _run_local(todo, slots, journal, private_time)
     return results
 
 
@@ -355,10 +365,12 @@ def _triage(cells: list[Cell], overrides: dict[str, Any], journal: _Journal, que
     return todo, results, private_time
 
 
-def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: _Journal,
+def _run_local(todo: list[tuple[Cell, bool]], slots: list[tuple[str, str | None]], journal: _Journal,
                private_time: set[Path]) -> list[dict]:
-    """Run the cells on this machine, one per slot (GPU) at a time; returns their final records. Ctrl-C or
-    SIGTERM stops the running cells after their step (with a checkpoint), a second one at once."""
+    """Run the cells on this machine, one per slot at a time (a slot: a label and its GPU, or None for the CPU);
+    returns their final records. A worker looks at a cell's folder again when it takes the cell: one that another
+    sweep finished or is running meanwhile is skipped. Ctrl-C or SIGTERM stops the running cells after their step
+    (with a checkpoint), a second one at once."""
     work: queue.Queue = queue.Queue()
     for item in todo:
         work.put(item)
@@ -366,31 +378,40 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
     running: dict[str, subprocess.Popen] = {}
     stopping = threading.Event()
     results: list[dict] = []
-    threads = max(1, allowed_cores() // len(slots)) if len(slots) > 1 else None  # the workers divide the cores
+    on_gpus = any(gpu is not None for _, gpu in slots)
+    # GPU workers divide the cores once; CPU workers let the trainings divide them step by step (thread_share)
+    threads = max(1, allowed_cores() // len(slots)) if on_gpus and len(slots) > 1 else None
 
-    def worker(gpu: str | None) -> None:
+    def worker(label: str, gpu: str | None) -> None:
         try:
-            _work(gpu)
+            _work(label, gpu)
         finally:
             with lock:
-                alive.remove(gpu)
+                alive.remove(label)
 
-    def _work(gpu: str | None) -> None:
+    def _work(label: str, gpu: str | None) -> None:
         while not stopping.is_set():
             try:
                 cell, resume = work.get_nowait()
             except queue.Empty:
                 return
+            state = cell.state()
+            if state in ("done", "running"):
+                with lock:
+                    results.append(journal.write(cell, "skipped", reason="summary.json present" if state == "done"
+                                                 else "another process is writing the run folder"))
+                continue
+            resume = state == "killed"
             journal.write(cell, "started", resumed=resume, gpu=gpu, config=str(cell.config_path), log=str(cell.log_path))
             t0 = time.time()
             with _start(train_command(cell, resume=resume), str(cell.log_path), gpu, threads,
                         dated=not private_time) as proc:
                 with lock:  # one SIGINT per stop, whether it came before or after this cell started
-                    running[str(gpu)] = proc
+                    running[label] = proc
                     if stopping.is_set():
                         proc.send_signal(signal.SIGINT)
                 rc = proc.wait()
-            running.pop(str(gpu), None)
+            running.pop(label, None)
             status = "done" if rc == 0 and cell.state() == "done" else ("stopped" if rc == 130 else "failed")
             rec = journal.write(cell, status, bool(private_time), returncode=rc,
                                 seconds=round(time.time() - t0, 1), resumed=resume, gpu=gpu, log=str(cell.log_path))
@@ -403,10 +424,10 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[str | None], journal: 
             for proc in list(running.values()):
                 proc.send_signal(signal.SIGINT)
 
-    alive = list(slots)
+    alive = [label for label, _ in slots]
     with on_stop_signals(stop):  # polled, with no exception in flight: every stopped cell is recorded
-        for g in slots:
-            threading.Thread(target=worker, args=(g,), daemon=True).start()
+        for label, gpu in slots:
+            threading.Thread(target=worker, args=(label, gpu), daemon=True).start()
         while alive:
             time.sleep(0.2)
     journal.mark("end")

@@ -197,6 +197,48 @@ def test_stop_signals_are_handled_inside_the_block_only_and_an_ignored_sigint_st
 
 
 @pytest.mark.slow
+@pytest.mark.slow
+def test_cpu_workers_run_cells_at_once_and_each_finishes_as_alone(tmp_path):
+    """``workers=2`` on the CPU: both cells start before either ends (the journal's order), and each run's log
+    equals, step for step, that of the same cell run alone (the trainings only divide the cores). Red if the
+    workers are ignored (the second cell starts after the first is done) or if a worker sets another cell's
+    environment (different published coefficients)."""
+    recipes = []
+    for i, mech in enumerate(("pac-zpl", "mezo")):
+        recipes.append(tmp_path / f"c{i}.yaml")
+        recipes[-1].write_text(f"recipe: {{name: c{i}}}\nmechanism: {mech}\nlr: 0.001\nprivate_seed: 7\n")
+    overrides = parse_overrides(TINY)
+    res = sweep([str(r) for r in recipes], [0], out_root=str(tmp_path / "two"), overrides=overrides, workers=2,
+                echo=lambda s: None)
+    assert sorted(r["status"] for r in res) == ["done", "done"]
+    order = [(r["recipe"], r["status"]) for r in journal(tmp_path / "two")]
+    assert {order[0][1], order[1][1]} == {"started"}, order
+    alone = sweep([str(recipes[0])], [0], out_root=str(tmp_path / "one"), overrides=overrides, echo=lambda s: None)
+    assert [r["status"] for r in alone] == ["done"]
+
+    def coefficients(root: Path) -> list:
+        rows = (root / "c0" / "seed0" / "log.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(r).items() if "second" not in k} for r in rows]
+    assert coefficients(tmp_path / "two") == coefficients(tmp_path / "one")
+
+
+def test_a_worker_skips_a_cell_another_sweep_finished_after_the_triage(tmp_path):
+    """The queue is drawn up before the cells run; a cell another sweep over the same out-root finished
+    meanwhile is skipped when a worker takes it, not run again. Red without the second look (the worker
+    starts a run over a finished folder, which fails)."""
+    from paczero.sweep import _Journal, _run_local
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("mechanism: pac-zpl\n")
+    cell = Cell("r", recipe, 0, tmp_path / "runs")
+    cell.run_dir.mkdir(parents=True)
+    (cell.run_dir / "summary.json").write_text("{}")
+    res = _run_local([(cell, False)], [("cpu0", None), ("cpu1", None)],
+                     _Journal(tmp_path / "runs" / "sweep.jsonl", lambda s: None), set())
+    assert [(r["status"], r["reason"]) for r in res] == [("skipped", "summary.json present")]
+    assert not cell.log_path.exists()
+
+
 def test_failed_cell_is_recorded_and_does_not_stop_the_sweep(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("mechanism: pac-zpl\nmodel: /nonexistent/model/folder\n")
@@ -251,6 +293,8 @@ def test_slurm_parameters_are_checked():
     (["--slurm", "--gpus", "auto"], "with --slurm use --gpus-per-node"),
     (["--slurm", "--slurm-arg", "gpus_per_node=0"], "use --gpus-per-node"),
     (["--slurm"], "needs SLURM's sbatch on PATH"),
+    (["--workers", "0"], "--workers expects a whole number of at least 1"),
+    (["--workers", "2", "--gpus", "0,1"], "--workers runs cells at once on this machine's CPU cores"),
 ])
 def test_bad_slurm_flags_stop_before_anything_runs(tmp_path, monkeypatch, capsys, argv, needle):
     """One line, exit code 2, nothing submitted and nothing run. Without sbatch, --slurm used to fall back
