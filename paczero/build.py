@@ -42,7 +42,8 @@ def environment(device: str) -> dict[str, Any]:
                                 hardware)
         except OSError:
             pass
-        hardware = f"{hardware}, {torch.get_num_threads()} threads"
+        n = torch.get_num_threads()
+        hardware = f"{hardware}, {n} thread{'' if n == 1 else 's'}"
     return {"paczero": ours, "torch": torch.__version__, "python": platform.python_version(),
             "os": platform.platform(terse=True), "device": device, "hardware": hardware}
 

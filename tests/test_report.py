@@ -633,6 +633,35 @@ def test_a_sweep_that_ran_a_dp_run_gives_no_run_its_time():
     assert wall_seconds(records) == {("zpl", 0): 10.0, ("dp", 0): 30.0, ("mi", 0): 20.0}  # no DP run: all timed
 
 
+def test_the_report_says_whether_a_sweep_ran_its_cells_one_after_another_or_at_once():
+    """``side_by_side`` reads the journal's order: a cell started before the previous one's outcome ran beside it,
+    per sweep.jsonl, and a sweep's start mark forgets cells a killed sweep left unrecorded. Expected counts
+    written by hand from the records. Red if the count ignores outcomes (it would say 3 for one after another)
+    or pools two files' records."""
+    from paczero.report.provenance import side_by_side
+
+    def rec(f, recipe, status):
+        return {"_file": f, "recipe": recipe, "seed": 0, "status": status}
+    one_by_one = [rec("a", "x", "started"), rec("a", "x", "done"), rec("a", "y", "started"), rec("a", "y", "failed"),
+                  rec("a", "z", "started"), rec("a", "z", "done")]
+    assert side_by_side(one_by_one) == 1
+    two = [rec("b", "x", "started"), rec("b", "y", "started"), rec("b", "x", "done"), rec("b", "z", "started"),
+           rec("b", "y", "done"), rec("b", "z", "done")]
+    assert side_by_side(two) == 2
+    killed = [rec("c", "x", "started"), {"_file": "c", "sweep": "start"}, rec("c", "x", "started"),
+              rec("c", "x", "done")]
+    assert side_by_side(killed) == 1 and side_by_side([]) == 0
+    interleaved = [rec("a", "x", "started"), rec("d", "y", "started"), rec("a", "x", "done"), rec("d", "y", "done")]
+    assert side_by_side(interleaved) == 1  # two sweeps' files, one cell each at a time
+    from paczero.report.provenance import made_by
+
+    marks = [{"_file": "b", "sweep": "start", "time": "T0"}, {"_file": "b", "sweep": "end", "time": "T1"}]
+    untimed = made_by([], two[:1] + marks[:1] + two + marks[1:], "runs", None)[-2]
+    assert "from T0 to T1 (up to 2 at once)" in untimed and "DP cell records none" in untimed
+    timed = [{**r, "seconds": 5.0} if r["status"] == "done" else r for r in two]
+    assert "not recorded" not in made_by([], timed + marks, "runs", None)[-2]
+
+
 def test_the_regime_table_has_the_tuned_layout_of_its_own(tmp_path):
     """cpu-regime is a learning-rate-tuned table too: its section chooses each method's lr on the first seed's dev
     (PAC-ZPL coin steps skipped: 1e-2 against 2e-2 and 5e-2), reports the chosen cell's seeds, and has its own

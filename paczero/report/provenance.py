@@ -55,6 +55,22 @@ def sweep_span(records: list[dict]) -> tuple[str, str] | None:
     return (times[0], times[-1]) if times else None
 
 
+def side_by_side(records: list[dict]) -> int:
+    """The most cells one sweep had running at once (``--gpus``, ``--workers``): each sweep.jsonl's ``started``
+    records against its outcomes, in the order written; 1 for cells run one after another, 0 for none."""
+    most, running = 0, defaultdict(set)
+    for r in records:
+        cell = (r.get("recipe"), r.get("seed"))
+        if r.get("status") == "started":
+            running[r.get("_file")].add(cell)
+            most = max(most, len(running[r.get("_file")]))
+        elif r.get("status") in ("done", "failed", "stopped"):
+            running[r.get("_file")].discard(cell)
+        elif r.get("sweep"):  # a sweep's start or end: a cell left running by a killed sweep is not running now
+            running[r.get("_file")].clear()
+    return most
+
+
 def machines(runs: list[Run]) -> list[str]:
     """The environments the runs recorded (summary.json ``environment``), each with its number of runs."""
     counts: Counter[str] = Counter()
@@ -168,14 +184,18 @@ def made_by(runs: list[Run], records: list[dict], root: str, report_args: str | 
     walls = wall_seconds(records, dp_runs)
     span = sweep_span(records)
     timed = [r for r in runs if (r.cell, r.seed) in walls and r.cfg.get("mechanism") not in DP_MECHANISMS]
-    if not timed and dp_runs and span:
-        lines.append(f"Wall time: the sweep ran from {span[0]} to {span[1]}; not shown for the {len(dp_runs)} DP "
-                     "runs, whose time depends on their private Poisson batches, nor for the other runs of their "
-                     "sweep (with the sweep's span, theirs would give it).")
+    at_once = side_by_side(records)
+    how = "one after another" if at_once <= 1 else f"up to {at_once} at once"
+    untimed = any(r.get("status") in ("done", "failed", "stopped") and "seconds" not in r for r in records)
+    if not timed and span:
+        why = ("a sweep that runs a DP cell records none (a DP run's time depends on its private Poisson batches, "
+               "and with the sweep's span the other runs' times would give it)" if dp_runs or untimed
+               else "the sweep recorded no finished run")
+        lines.append(f"Wall time: the sweep ran from {span[0]} to {span[1]} ({how}); no run's time is shown: {why}.")
     elif timed:
         dp = len(dp_runs)
         lines.append(f"Wall time: {sum(walls[(r.cell, r.seed)] for r in timed) / 3600.0:.2f} h for {len(timed)} of "
-                     f"{len(runs)} runs, one after another (the sweep's record of each run's process: setup, zero-shot "
+                     f"{len(runs)} runs, {how} (the sweep's record of each run's process: setup, zero-shot "
                      "and dev evaluations, training, test; any pause or other load on the machine included)"
                      + (f"; not shown for the {dp} DP runs, whose time depends on their private Poisson batches, "
                         "nor for the other runs of their sweep" if dp else "")
