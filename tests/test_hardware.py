@@ -99,7 +99,8 @@ def test_threads_are_the_allowed_cores_unless_set(monkeypatch):
 def test_a_local_sweep_divides_the_cores_between_its_workers(monkeypatch, tmp_path):
     """With several workers (GPUs) on one machine, each cell's process gets its share of the allowed cores
     as OMP_NUM_THREADS (which paczero train's threads follow); one worker keeps them all, and an
-    OMP_NUM_THREADS of the sweep's own environment is left as it is."""
+    OMP_NUM_THREADS of the sweep's own environment is left as it is; CPU workers (``--workers``) set none, their
+    trainings share the cores step by step. Red if GPU workers stop dividing, or CPU workers pin a count."""
     from paczero import sweep
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -118,6 +119,7 @@ def test_a_local_sweep_divides_the_cores_between_its_workers(monkeypatch, tmp_pa
 
     def fake_start(cmd, log_path, gpu=None, threads=None, dated=True):
         seen.append((gpu, sweep._child_env(gpu, threads).get("OMP_NUM_THREADS")))
+        cmd[0].started = True
         return Done()
 
     monkeypatch.setattr(sweep, "_start", fake_start)
@@ -126,16 +128,21 @@ def test_a_local_sweep_divides_the_cores_between_its_workers(monkeypatch, tmp_pa
         run_dir = tmp_path
         config_path = log_path = tmp_path / "x"
 
+        started = False
+
         def state(self):
-            return "done"
+            return "done" if self.started else "new"
 
     journal = type("J", (), {"write": lambda self, *a, **k: {}, "mark": lambda self, *a: None})()
-    monkeypatch.setattr(sweep, "train_command", lambda cell, resume: ["true"])
-    sweep._run_local([(Cell(), False), (Cell(), False)], ["0", "1"], journal, set())
+    monkeypatch.setattr(sweep, "train_command", lambda cell, resume: [cell])
+    sweep._run_local([(Cell(), False), (Cell(), False)], [("0", "0"), ("1", "1")], journal, set())
     assert len(seen) == 2 and {threads for _, threads in seen} == {"8"}
     seen.clear()
-    sweep._run_local([(Cell(), False)], [None], journal, set())
+    sweep._run_local([(Cell(), False)], [("cpu0", None)], journal, set())
     assert seen == [(None, None)]
+    seen.clear()  # CPU workers set no count: the trainings divide the cores step by step (thread_share)
+    sweep._run_local([(Cell(), False), (Cell(), False)], [("cpu0", None), ("cpu1", None)], journal, set())
+    assert seen == [(None, None), (None, None)]
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert sweep._child_env("0", 8)["OMP_NUM_THREADS"] == "3"
 
