@@ -193,7 +193,9 @@ def recorded_settings(out_dir: str) -> dict[str, Any]:
     ``--resume`` go on top of them; a setting that then differs from the run's is refused as before."""
     from pathlib import Path
 
-    path = Path(out_dir).expanduser() / "run.json"
+    from paczero.checkpoint import run_record
+
+    path = run_record(Path(out_dir).expanduser())  # a DP run's stays in its private stage until it ends
     try:
         saved = json.loads(path.read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):

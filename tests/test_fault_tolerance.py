@@ -591,3 +591,20 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(referen
     monkeypatch.setattr(ck, "write_json", real)
     assert main(_flags(out) + ["--resume"]) == 0
     _assert_same_run(out, reference)
+
+
+def test_a_stopped_dp_run_resumes_with_out_dir_and_resume_alone(tmp_path, capsys):
+    """A DP run keeps its run.json in its private stage until it ends; `paczero train --out-dir RUN --resume`
+    alone takes the run's settings from there as it does for a PAC run, and the run ends and publishes. Red if
+    the resume looks for run.json in the folder only (the defaults then differ from the run's settings: refused)."""
+    out = tmp_path / "dp"
+    dp = dict(mechanism="dpzero", mi_budget=None, num_subsets=None, epsilon=2.0, sample_rate=0.5)
+    p = _spawn(tmp_path, out, "term_mid_step", 4, **dp)
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr[-2000:]
+    assert not (out / "run.json").exists()  # staged: the folder shows nothing of the run yet
+    capsys.readouterr()
+    assert main(["train", "--out-dir", str(out), "--resume"]) == 0, capsys.readouterr().err[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["mechanism"] == "dpzero" and summary["config"]["steps"] == STEPS
+    assert len(_transcript(out)) == STEPS
