@@ -150,10 +150,13 @@ def fit_to_machine(cfg: TrainConfig) -> TrainConfig:
     """A run's config with ``dtype: auto`` and an unset ``mu`` resolved for its device (a resumed run keeps
     what its run.json recorded), and torch's intra-op threads set; rank 0 says which dtype, and why, when the
     model loads (:func:`announce`)."""
+    from paczero.checkpoint import run_record
+
     saved = None
-    if cfg.resume and (Path(cfg.out_dir).expanduser() / "run.json").is_file():
+    record = run_record(Path(cfg.out_dir).expanduser())  # a DP run's stays in its private stage until it ends
+    if cfg.resume and record.is_file():
         try:
-            saved = json.loads((Path(cfg.out_dir).expanduser() / "run.json").read_text()).get("config")
+            saved = json.loads(record.read_text()).get("config")
         except (OSError, ValueError, AttributeError):
             saved = None  # the resume's own checks name what is wrong with the folder
     set_threads(cfg.threads)

@@ -593,10 +593,15 @@ def test_a_full_disk_while_checkpointing_is_one_line_and_the_run_resumes(referen
     _assert_same_run(out, reference)
 
 
-def test_a_stopped_dp_run_resumes_with_out_dir_and_resume_alone(tmp_path, capsys):
+@pytest.mark.parametrize("how", ["alone", "config with dtype auto, on a machine that resolves it otherwise"])
+def test_a_stopped_dp_run_resumes_with_out_dir_and_resume_alone(tmp_path, capsys, monkeypatch, how):
     """A DP run keeps its run.json in its private stage until it ends; `paczero train --out-dir RUN --resume`
-    alone takes the run's settings from there as it does for a PAC run, and the run ends and publishes. Red if
-    the resume looks for run.json in the folder only (the defaults then differ from the run's settings: refused)."""
+    alone takes the run's settings from there as it does for a PAC run, and a resume from a config file (a
+    sweep's) with ``dtype: auto`` keeps the recorded dtype where this machine would resolve auto otherwise;
+    the run ends and publishes. Red if either looks for run.json in the folder only (the defaults, or the
+    other dtype, then differ from the run's settings: refused)."""
+    from paczero import hardware
+
     out = tmp_path / "dp"
     dp = dict(mechanism="dpzero", mi_budget=None, num_subsets=None, epsilon=2.0, sample_rate=0.5)
     p = _spawn(tmp_path, out, "term_mid_step", 4, **dp)
@@ -604,7 +609,15 @@ def test_a_stopped_dp_run_resumes_with_out_dir_and_resume_alone(tmp_path, capsys
     assert p.returncode == 130, stderr[-2000:]
     assert not (out / "run.json").exists()  # staged: the folder shows nothing of the run yet
     capsys.readouterr()
-    assert main(["train", "--out-dir", str(out), "--resume"]) == 0, capsys.readouterr().err[-2000:]
+    if how == "alone":
+        argv = ["train", "--out-dir", str(out), "--resume"]
+    else:
+        recorded = "bf16" if hardware.native_bf16("cpu")[0] else "fp32"
+        monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"} if recorded == "bf16" else {"avx512_bf16"})
+        config = tmp_path / "dp.yaml"
+        config.write_text(json.dumps({**{k: v for k, v in {**CFG, **dp}.items() if v is not None}, "dtype": "auto"}))
+        argv = ["train", "--config", str(config), "--out-dir", str(out), "--resume"]
+    assert main(argv) == 0, capsys.readouterr().err[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["mechanism"] == "dpzero" and summary["config"]["steps"] == STEPS
     assert len(_transcript(out)) == STEPS
