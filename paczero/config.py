@@ -359,7 +359,9 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not p.exists():
         raise ConfigError(f"config file {str(path)!r} does not exist")
     if p.is_dir():
-        hint = (f"to continue the run in it: --resume --out-dir {str(path)!r}" if (p / "run.json").exists()
+        from paczero.checkpoint import run_record
+
+        hint = (f"to continue the run in it: --resume --out-dir {str(path)!r}" if run_record(p).exists()
                 else "e.g. a recipe saved with paczero recipes --show NAME > my.yaml")
         raise ConfigError(f"config file {str(path)!r} is a folder; give a YAML file of config keys ({hint})")
     try:
