@@ -32,7 +32,7 @@ def test_shard_plan_balances_tokens_and_covers_every_batch():
 _SETTINGS = dict(model="tiny-llama", track="ft", task="demo", n_train=16, n_dev=8, n_test=8, steps=4,
                  mechanism="pac-mi", mi_budget=0.5, num_subsets=8, lr=1e-2, mu=1e-2, token_budget=64,
                  eval_every=2, checkpoint_every=2, eval_zero_shot=False, progress=False, seed=3,
-                 private_seed=1234, device="cpu")
+                 private_seed=1234, device="cpu", threads=1)  # one thread in every process, whatever else runs
 _CLI = [arg for k, v in _SETTINGS.items() for arg in
         ([f"--{'' if v else 'no-'}{k.replace('_', '-')}"] if isinstance(v, bool) else [f"--{k.replace('_', '-')}", str(v)])]
 

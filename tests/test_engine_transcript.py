@@ -45,7 +45,7 @@ from paczero.train import train
 DATA = Path(__file__).parent / "data" / "engine_transcripts.json"
 BASE = dict(model="tiny-llama", task="demo", n_train=16, n_dev=8, n_test=8, steps=6, num_subsets=8,
             eval_every=3, checkpoint_every=3, private_seed=5, seed=2, progress=False, eval_zero_shot=False,
-            device="cpu", mu=1e-2, lr=1e-2)
+            device="cpu", mu=1e-2, lr=1e-2, threads=2)  # the stored transcripts: 2 threads (DP sums by float)
 RUNS = {
     "ft-pac-mi-k2": dict(track="ft", mechanism="pac-mi", mi_budget=0.5, num_directions=2),
     "lora-pac-zpl-opt": dict(model="tiny-opt", track="lora", mechanism="pac-zpl"),
@@ -81,7 +81,6 @@ def _weights_change(name: str, out: Path) -> dict:
 
 
 def _run(name: str, out: Path) -> dict:
-    torch.set_num_threads(1)
     cfg = TrainConfig(**{**BASE, **RUNS[name]}, out_dir=str(out))
     summary = train(cfg, log=lambda *a: None)
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
