@@ -696,3 +696,23 @@ def test_the_regime_table_has_the_tuned_layout_of_its_own(tmp_path):
     assert f"{100 * (0.85 + 0.81 + 0.83) / 3:.2f}" in row and "(n=3)" in row
     assert (out / "plots" / "privacy_utility_cpu-regime.png").read_bytes().startswith(PNG)
     assert (out / "plots" / "privacy_utility_tuned.png").read_bytes().startswith(PNG)
+
+
+def test_a_tuned_table_states_one_runs_attack_interval(tmp_path):
+    """A tuned table says how wide one run's 95 % interval for the attack AUC is, from the chosen cells' runs'
+    ``auc_ci95`` and with the record counts behind it. Expected widths computed here from the fixture's
+    intervals (half of hi - lo). Red if unchosen grid cells are counted (the 0.30-wide interval of MeZO lr 2e-3
+    would become the widest), or if the half-width is taken as the full width."""
+    root = tmp_path / "runs"
+    _tuned_sweep(root, tmp_path / "imdb.jsonl")
+    intervals = {"lora-zpl-skip-lr5e-2": (0.50, 0.58), "lora-mezo-lr5e-3": (0.52, 0.62),
+                 "lora-mezo-lr2e-3": (0.40, 0.70)}
+    for summary_path in root.rglob("summary.json"):
+        cell = summary_path.parent.parent.name
+        if cell in intervals:
+            summary = json.loads(summary_path.read_text())
+            summary["heldout_attack"].update(auc_ci95=list(intervals[cell]), members=256, heldout=500)
+            summary_path.write_text(json.dumps(summary))
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    line = next(x for x in md.splitlines() if "95 % interval" in x)
+    assert f"±{0.04:.3f} to ±{0.05:.3f} (256 records of U against 500 held-out; over the 4 runs" in line, line

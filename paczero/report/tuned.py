@@ -100,7 +100,29 @@ def tuned_table(cells: list[Cell]) -> str:
             "(ε, δ)-DP bounds it, the PAC guarantee does not (it bounds membership in the secret subset S* given "
             "U). The grid: each method's learning rates on the first seed's dev split; the chosen one has the "
             "highest dev accuracy (ties: the lower dev loss).")
+    interval = attack_interval(list(c for c, _, _ in chosen.values()))
+    if interval:
+        note += " " + interval
     return "\n\n".join([note, main, "Learning-rate grid (dev, first seed):", grid])
+
+
+def attack_interval(cells: list[Cell]) -> str | None:
+    """How far one run's attack AUC can be trusted: the half-widths of its 95 % intervals (each run's
+    ``heldout_attack.auc_ci95``) over the given cells' runs, with the record counts behind them."""
+    widths, sizes = [], set()
+    for c in cells:
+        for r in c.runs:
+            found = r.summary.get("heldout_attack") or {}
+            ci = found.get("auc_ci95")
+            if ci and len(ci) == 2:
+                widths.append((float(ci[1]) - float(ci[0])) / 2)
+                sizes.add((found.get("members"), found.get("heldout")))
+    if not widths:
+        return None
+    counts = "; ".join(f"{m} records of U against {h} held-out" for m, h in sorted(sizes, key=str))
+    span = f"±{min(widths):.3f}" + ("" if round(min(widths), 3) == round(max(widths), 3) else f" to ±{max(widths):.3f}")
+    return (f"One run's attack AUC has a 95 % interval of {span} ({counts}; over the {len(widths)} runs of the "
+            "chosen cells): an AUC within that of 0.5 is no signal.")
 
 
 def tuned_headline(cells: list[Cell]) -> str | None:
