@@ -307,12 +307,14 @@ def _regime_steps(cfg: dict, n: int, minutes: float = 20.0) -> int:
 
 
 def cpu_regime_readme(cells: list[dict]) -> str:
-    """Each method's grid is its three middle learning rates (its edges run only when the choice lies at an end)."""
+    """Each method's grid is its three learning rates after the lowest: its cpu-tuned choice and the ladder's value
+    either side. The others are edges, run only when the choice lies at an end (the lowest, the highest, and
+    beyond the highest a further edge where the first one won too)."""
     methods: dict = {}
     for c in cells:
         methods.setdefault(c["method"], (c["title"].rsplit(", lr", 1)[0], c["cfg"], c["forwards"], []))[3].append(
             c["cfg"]["lr"])
-    grid = {m: sorted(lrs)[1:-1] for m, (_, _, _, lrs) in methods.items()}
+    grid = {m: sorted(lrs)[1:4] for m, (_, _, _, lrs) in methods.items()}
     patterns = " \\\n       ".join(f"cpu-regime/{m}-lr{{{','.join(_sci(x) for x in grid[m])}}}" for m in methods)
     in_grid = [(c["cfg"], c["forwards"]) for c in cells if c["cfg"]["lr"] in grid[c["method"]]]
     rows = [f"| `{m}-lr*` | {t} | {cfg['steps']} | {', '.join(_sci(x) for x in sorted(lrs))} | "
