@@ -309,7 +309,7 @@ def _regime_steps(cfg: dict, n: int, minutes: float = 20.0) -> int:
 def cpu_regime_readme(cells: list[dict]) -> str:
     """Each method's grid is its three learning rates after the lowest: its cpu-tuned choice and the ladder's value
     either side. The others are edges, run only when the choice lies at an end (the lowest, the highest, and
-    beyond the highest a further edge where the first one won too)."""
+    beyond the highest further edges while the last one won too)."""
     methods: dict = {}
     for c in cells:
         methods.setdefault(c["method"], (c["title"].rsplit(", lr", 1)[0], c["cfg"], c["forwards"], []))[3].append(
