@@ -341,8 +341,8 @@ def test_cpu_tuned_table_grids_every_method_around_its_cpu_scale_value():
 def test_cpu_regime_table_grids_every_method_around_its_cpu_tuned_choice():
     """The regime table: MeZO, PAC-ZPL with both coin rules, PAC-MI 1e-3 with the posterior mean and DPZero at
     epsilon 2, each at 5 learning rates (3 in the grid, an edge each side; DPZero two more beyond its upper edge)
-    centred on its cpu-tuned choice on dev (docs/results/cpu-tuned.md: 5e-3, 1e-2, 2e-2, 1e-2, 2.5e-4); M = 128 and N = 256 in fp32 at fp32's mu, 5 dev
-    evaluations per run, DP matched to a PAC cell's expected example forwards; the README's estimate of every
+    centred on its cpu-tuned choice on dev (docs/results/cpu-tuned.md: 5e-3, 1e-2, 2e-2, 1e-2, 2.5e-4); M = 128
+    and N = 256 in fp32 at fp32's mu, 5 dev evaluations per run, DP matched to a PAC cell's expected example forwards; the README's estimate of every
     run is at most 20 minutes. Red if a grid is off its centre, a method's cells differ in more than lr, or a
     cell outgrows the budget."""
     by_method: dict[str, list] = {}
@@ -354,7 +354,7 @@ def test_cpu_regime_table_grids_every_method_around_its_cpu_tuned_choice():
     assert set(by_method) == set(centre)
     for method, cfgs in by_method.items():
         lrs = sorted(c.lr for c in cfgs)
-        beyond = 2 if method == "lora-dpzero-eps2" else 0  # 2.5e-3 and 5e-3: the edges beyond 1e-3, each of which won on dev
+        beyond = 2 if method == "lora-dpzero-eps2" else 0  # 2.5e-3 beyond 1e-3 (won on dev), 5e-3 beyond it
         assert len(lrs) == 5 + beyond and lrs[2] == centre[method], method
         rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
         assert len(rest) == 1, method
