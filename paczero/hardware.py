@@ -42,8 +42,16 @@ def resolve_device(device: str) -> str:
     return device
 
 
+#: an environment variable that stands in for the CPU's flags (space- or comma-separated; empty: none), read by
+#: :func:`cpu_flags` in this process and in every process it starts: ``PACZERO_CPU_FLAGS= paczero train ...`` resolves
+#: ``dtype: auto`` as on a CPU without native bf16, ``PACZERO_CPU_FLAGS=avx512_bf16`` as on one with it
+CPU_FLAGS_ENV = "PACZERO_CPU_FLAGS"
+
+
 def cpu_flags() -> set[str]:
-    """The CPU's feature flags as Linux lists them (empty elsewhere)."""
+    """The CPU's feature flags as Linux lists them (empty elsewhere), or those :data:`CPU_FLAGS_ENV` names."""
+    if CPU_FLAGS_ENV in os.environ:
+        return set(os.environ[CPU_FLAGS_ENV].replace(",", " ").split())
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -75,12 +83,13 @@ def native_bf16(device: str, flags: set[str] | None = None) -> tuple[bool, str]:
         name = torch.cuda.get_device_name(torch.device(device))
         has = (major, minor) >= (8, 0)
         return has, f"{name}, compute capability {major}.{minor} {'>=' if has else '<'} 8.0"
+    told = f" (flags from {CPU_FLAGS_ENV})" if flags is None and CPU_FLAGS_ENV in os.environ else ""
     flags = cpu_flags() if flags is None else flags
     found = [f for f in _BF16_FLAGS if f in flags]
     capability = torch.backends.cpu.get_cpu_capability()
     if found:
-        return True, f"{cpu_name()}: {', '.join(found)}"
-    return False, f"{cpu_name()}: {capability}, no avx512_bf16, amx_bf16 or bf16 among its flags"
+        return True, f"{cpu_name()}: {', '.join(found)}{told}"
+    return False, f"{cpu_name()}: {capability}, no avx512_bf16, amx_bf16 or bf16 among its flags{told}"
 
 
 #: the lines :func:`fit_to_machine` holds back until :func:`announce` (after the inputs are checked)

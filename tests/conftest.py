@@ -13,8 +13,11 @@ def _tokenizer_cache():
 
 @pytest.fixture(autouse=True)
 def _cpu_without_native_bf16(monkeypatch):
-    """In-process tests run as on a CPU without native bf16, whatever the host: ``dtype: auto`` is fp32 there,
-    as the tests' exact figures assume (tests/test_hardware.py sets other flags where it needs them)."""
-    from paczero import hardware
+    """Every test runs as on a CPU without native bf16, whatever the host: ``dtype: auto`` is fp32, as the
+    tests' exact figures assume. The flags are given by ``PACZERO_CPU_FLAGS`` (empty: none), which
+    ``paczero.hardware.cpu_flags`` reads in this process and in every ``paczero`` process a test starts, so a
+    subprocess training resolves auto as the test does (tests/test_hardware.py names other flags where it
+    needs them)."""
+    from paczero.hardware import CPU_FLAGS_ENV
 
-    monkeypatch.setattr(hardware, "cpu_flags", lambda: set())
+    monkeypatch.setenv(CPU_FLAGS_ENV, "")

@@ -189,3 +189,55 @@ def test_a_sweep_takes_a_finished_auto_run_as_the_same_settings(tmp_path):
     assert sweep._other_settings(cell, TrainConfig()) == ""
     assert sweep._other_settings(cell, TrainConfig(lr=5e-3)).startswith("lr ")
     assert sweep._other_settings(cell, TrainConfig(dtype="bf16")).startswith("dtype 'fp32' -> 'bf16'")
+
+
+def _cli_train(tmp_path: Path, env: dict) -> tuple[dict, str]:
+    """``paczero train`` of the tiny model with ``dtype: auto`` as a subprocess: its recorded config and stderr."""
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "paczero", "train", "--model", "tiny-llama", "--task", "demo", "--n-train", "16",
+            "--n-dev", "8", "--n-test", "8", "--steps", "2", "--num-subsets", "4", "--eval-every", "2",
+            "--private-seed", "3", "--no-progress", "--out-dir", str(out)]
+    done = subprocess.run(args, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((out / "run.json").read_text())["config"], done.stderr
+
+
+@pytest.mark.parametrize("flags, dtype", [("", "fp32"), ("avx2 avx512_bf16", "bf16")])
+def test_a_training_subprocess_resolves_auto_from_the_flags_the_test_names(tmp_path, flags, dtype):
+    """The flags ``PACZERO_CPU_FLAGS`` names reach every process a test starts: ``paczero train`` as a
+    subprocess resolves ``dtype: auto`` from them (fp32 with μ 1e-3, bf16 with μ 1e-2), whatever the host.
+    Red if the CLI read /proc/cpuinfo despite the variable (one of the two cases gets the host's dtype),
+    or if the conftest fixture only patched the flags in-process (the subprocess suite's trainings then
+    resolve bf16 on a host with native bf16 and fp32 elsewhere)."""
+    config, stderr = _cli_train(tmp_path, {**os.environ, hardware.CPU_FLAGS_ENV: flags})
+    assert (config["dtype"], config["mu"]) == (dtype, hardware.MU_FOR_DTYPE[dtype])
+    assert f"paczero: dtype auto: {dtype}" in stderr and hardware.CPU_FLAGS_ENV in stderr
+
+
+def test_the_suite_runs_as_on_a_cpu_without_native_bf16():
+    """The conftest fixture names no flags in the environment the tests and their subprocesses see. Red if
+    the fixture is removed or patches the flags in-process only."""
+    assert os.environ.get(hardware.CPU_FLAGS_ENV) == ""
+    assert hardware.native_bf16("cpu")[0] is False
+
+
+def _host_has_native_bf16() -> bool:
+    """The host's own answer, read here from /proc/cpuinfo (not through paczero.hardware)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines()
+                      if line.startswith(("flags", "Features"))), []))
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+@pytest.mark.skipif(not _host_has_native_bf16(), reason="the host's CPU has no native bf16")
+def test_on_a_host_with_native_bf16_auto_trains_in_bf16(tmp_path):
+    """Where the host computes bf16 natively, a training with ``dtype: auto`` and no flags named resolves bf16
+    with μ 1e-2 from /proc/cpuinfo and runs to its end (the bf16 path of the engine on this machine's own
+    kernels). Red if the flags were read from anywhere but the CPU, or if bf16 training fails here."""
+    env = {k: v for k, v in os.environ.items() if k != hardware.CPU_FLAGS_ENV}
+    config, stderr = _cli_train(tmp_path, env)
+    assert (config["dtype"], config["mu"]) == ("bf16", 1e-2)
+    assert hardware.CPU_FLAGS_ENV not in stderr
