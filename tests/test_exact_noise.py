@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from paczero.exact_noise import (GRID_BITS, MAX_SIGMA, bernoulli_exp, discrete_gaussian, discrete_laplace,
-                                 noise_grid, on_grid)
+from paczero.exact_noise import (GRID_BITS, MAX_SIGMA, SIGMA_BITS, bernoulli_exp, discrete_gaussian,
+                                 discrete_laplace, noise_grid, on_grid, public_sigma)
 from paczero.mechanisms.pac import PacMI, _noised_value
 from paczero.privacy.binary_channel import binary_mi, discrete_binary_mi
 from paczero.secure_random import SecureGenerator
@@ -142,6 +142,7 @@ def test_pac_mi_publishes_lattice_values_and_charges_the_lattice_channel():
             continue
         seen += 1
         assert r.grid == noise_grid(r.sigma)
+        assert r.sigma == public_sigma(r.sigma)  # the machine-independent scale (test below)
         assert on_grid(r.y_tilde - 1.0, r.grid) is not None and on_grid(r.y_tilde + 1.0, r.grid) is not None
         plus = signs == 1
         post = np.exp(before - before.max())
@@ -149,3 +150,26 @@ def test_pac_mi_publishes_lattice_values_and_charges_the_lattice_channel():
         m = min(post[plus].sum(), post[~plus].sum())
         assert r.mi == pytest.approx(discrete_binary_mi(m, r.sigma, r.grid) * (1 + 5e-11), rel=1e-9)
     assert seen >= 10
+
+
+def test_public_sigma_rounds_up_to_its_significant_bits_and_absorbs_a_machines_last_bits():
+    """``public_sigma`` is the least number of ``SIGMA_BITS`` significant bits at or above sigma (checked in
+    exact rationals), and sigma moved by a few ulps, as another CPU's numpy/BLAS kernels move a calibrated
+    sigma, gives the same public sigma except within those ulps of a rounding point. Red if sigma is
+    rounded down (less noise than calibrated), to the nearest, or not at all (every ulp then changes the
+    exact sampler's draw, and a transcript differs from one CPU kind to another)."""
+    rng = np.random.default_rng(0)
+    moved = 0
+    for sigma in np.exp(rng.uniform(math.log(1e-3), math.log(1e6), 2000)):
+        sigma = float(sigma)
+        got = Fraction(public_sigma(sigma))
+        e = math.floor(math.log2(sigma))
+        step = Fraction(2) ** (e + 1 - SIGMA_BITS)
+        want = -((-Fraction(sigma)) // step) * step  # ceil(sigma / step) * step
+        assert got == want and got >= Fraction(sigma) and got - Fraction(sigma) < step
+        near = [float(np.nextafter(sigma, d)) for d in (-np.inf, np.inf)]
+        moved += any(public_sigma(x) != float(got) for x in near)
+    assert moved <= 2  # only a sigma within an ulp of a rounding point (2^-32 of the draws)
+    assert public_sigma(3.0) == 3.0 and public_sigma(1.0 + 2.0 ** -30) == 1.0 + 2.0 ** (1 - SIGMA_BITS)
+    with pytest.raises(ValueError):
+        public_sigma(0.0)

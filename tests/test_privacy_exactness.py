@@ -283,24 +283,26 @@ def test_adversarial_runs_never_exceed_beta_charge_or_budget():
 
 
 def test_audit_spots_an_evaluator_that_underestimates(monkeypatch):
-    """Negative control: ``_mi_scalar`` 1e-9 relative too small -> true MI > beta."""
+    """Negative control: ``_mi_scalar`` 1e-9 relative too small -> a noised release's true MI above its
+    charge (above beta too where sigma's rounding to ``SIGMA_BITS`` bits leaves less than 1e-9 unspent)."""
     _underestimating(monkeypatch)
     make, steps, k, family = RUNS[0]
     mech = make()
     bad = run_violations(audit_run(mech, 10, k, family, seed=100), mech.total_mi, mech.mi_spent)
-    assert any("> beta" in v for v in bad)
+    assert any("(noised): true MI" in v and "> charge" in v or "> beta" in v for v in bad), bad
 
 
 def test_audit_spots_a_minority_mass_formed_by_cancellation(monkeypatch):
-    """Negative control: ``_log_side_masses`` forms the -1 side as 1 - q+ -> true MI > beta
-    on releases whose -1 minority has mass ~1e-12..1e-6."""
+    """Negative control: ``_log_side_masses`` forms the -1 side as 1 - q+ -> true MI above beta or above
+    the charge on releases whose -1 minority has mass ~1e-12..1e-6 (which of the two, and on which
+    releases, depends on the CPU's float sums: the test asks for either)."""
     monkeypatch.setattr(pac, "_log_side_masses", _cancelling_sides)
     bad = []
     for i, (make, steps, k, family) in enumerate(RUNS[:HYBRID]):
         mech = make()
         bad += run_violations(audit_run(mech, steps, k, family, seed=100 + i), mech.total_mi,
                               mech.mi_spent)
-    assert any("> beta" in v for v in bad), bad
+    assert any("> beta" in v or ("true MI" in v and "> charge" in v) for v in bad), bad
 
 
 def test_audit_spots_an_uncharged_tolerance_residual(monkeypatch):

@@ -18,7 +18,8 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
   exact discrete Gaussian of scale ``sigma / gamma`` on the public power-of-two
   grid ``gamma = noise_grid(sigma)`` (:mod:`paczero.exact_noise`: a float
   ``s + sigma z`` would tell ``s`` by its last bits), ``sigma = calibrate(m,
-  beta_t)``, ``beta_t`` from eq. (adaptive-beta) capped at ``0.999 h(m)``;
+  beta_t)`` rounded up to 20 significant bits (``public_sigma``: the same on
+  every machine), ``beta_t`` from eq. (adaptive-beta) capped at ``0.999 h(m)``;
   release ``sgn(y~)``; Bayes update of the posterior on ``y~`` (the lattice
   channel's likelihood ratio is the Gaussian one, ``exp(2 y~ / sigma^2)``);
   charge ``discrete_binary_mi(m, sigma, gamma) (1 + CHARGE_MARGIN) <= beta_t``,
@@ -55,7 +56,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..exact_noise import MAX_SIGMA, noise_grid
+from ..exact_noise import MAX_SIGMA, noise_grid, public_sigma
 from ..privacy import dp_epsilon_matching_mi, mia_bound
 from ..privacy.binary_channel import CHARGE_MARGIN, calibrate, discrete_binary_mi
 from ..secure_random import generator_from_state, generator_state
@@ -249,7 +250,7 @@ class _PacBase(Mechanism):
             return self._coin(q_plus, agreement)
         h_m = -m * log_m - (1.0 - m) * math.log1p(-m)
         beta = min(beta, ENTROPY_CAP * h_m)
-        sigma, _ = calibrate(m, beta)
+        sigma = public_sigma(calibrate(m, beta)[0])  # the same on every machine (exact_noise.public_sigma)
         if sigma > MAX_SIGMA:  # MI below 2^-80: a coin (MI 0) costs less and moves as little
             return self._coin(q_plus, agreement)
         grid = noise_grid(sigma)
