@@ -63,6 +63,23 @@ CPU_FP32_MEASURED = ("2026-11-26 on a 2-core AMD EPYC (AVX2, no native bf16), fp
                      "its 2 threads (the machine was shared), the fixed cost the bf16 machine's intercept (`cpu-scale`)")
 
 
+#: the practitioner's table (from the strong prompt) as data: scripts/recipe_templates/cpu-practitioner-grid.yaml
+PRACTITIONER = TEMPLATES / "cpu-practitioner-grid.yaml"
+
+
+def practitioner_cells(path: Path = PRACTITIONER) -> list[dict]:
+    """The practitioner's table: one cell per method and learning rate, CPU_SHARED with the grid's shared keys."""
+    grid = yaml.safe_load(path.read_text())
+    cells = []
+    for method, m in grid["methods"].items():
+        for lr in m["lrs"]:
+            cfg = {**CPU_SHARED, **grid["shared"], **m["config"], "lr": lr}
+            cells.append({"table": "cpu-practitioner", "cell": f"{method}-lr{_sci(lr)}", "cfg": cfg,
+                          "title": f"{m['title']}, lr {_sci(lr)}", "seeds": CPU_SEEDS, "source": "",
+                          "paper": None, "forwards": m["forwards"], "method": method})
+    return cells
+
+
 def base(task: str, size: str, track: str) -> dict:
     """A paper cell's defaults: the paper's N, dev size and mu, the scripts' selection metric and eval_every."""
     return {
@@ -338,13 +355,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report stale or missing recipes and exit 1, write nothing")
     args = ap.parse_args(argv)
-    cells = read_grid()
+    cells = read_grid() + practitioner_cells()
     wanted = {ROOT / c["table"] / f"{c['cell']}.yaml": render(c) if c["paper"] else render_cpu(c) for c in cells}
     assert len(wanted) == len(cells), "duplicate recipe names"
     wanted[ROOT / "paper_results.csv"] = paper_results_csv([c for c in cells if c["paper"] is not None])
     wanted[ROOT / "cpu-scale" / "README.md"] = cpu_scale_readme([c for c in cells if c["table"] == "cpu-scale"])
     wanted[ROOT / "cpu-tuned" / "README.md"] = cpu_tuned_readme([c for c in cells if c["table"] == "cpu-tuned"])
     wanted[ROOT / "cpu-regime" / "README.md"] = cpu_regime_readme([c for c in cells if c["table"] == "cpu-regime"])
+    wanted[ROOT / "cpu-practitioner" / "README.md"] = (TEMPLATES / "cpu-practitioner-README.md").read_text()
     existing = {p for t in {c["table"] for c in cells} for p in (ROOT / t).glob("*.yaml")}
     stale = sorted(p for p, text in wanted.items() if not p.exists() or p.read_text() != text)
     extra = sorted(existing - set(wanted))

@@ -16,10 +16,12 @@ from paczero.config import TrainConfig, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = list_recipes()
-NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/", "cpu-regime/"))]  # the paper's
+NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/", "cpu-regime/",
+                                              "cpu-practitioner/"))]  # the paper's
 CPU = [n for n in ALL if n.startswith("cpu-scale/")]  # the CPU-scale table (its data file is not shipped)
 TUNED = [n for n in ALL if n.startswith("cpu-tuned/")]  # the tuned CPU table (data and ood files not shipped)
 REGIME = [n for n in ALL if n.startswith("cpu-regime/")]  # the tuned table at M = 128 (the same files)
+PRACTITIONER = [n for n in ALL if n.startswith("cpu-practitioner/")]  # from the strong prompt (the same files)
 DEMO_FILE = REPO / "paczero" / "data" / "demo_sentiment.jsonl"  # a file with the "text" and "label" columns
 
 
@@ -183,7 +185,7 @@ def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
 
     seen = set()
     for name in list_recipes():
-        data = ["--data", str(DEMO_FILE)] if name in CPU or name in TUNED or name in REGIME else []
+        data = ["--data", str(DEMO_FILE)] if name in CPU + TUNED + REGIME + PRACTITIONER else []
         assert main(["train", "--recipe", name, "--print-config", *data]) == 0
         printed = capsys.readouterr().out
         path = tmp_path / "printed.yaml"
@@ -385,6 +387,14 @@ def test_every_recipe_holds_its_grid_row():
     away from its row, or a row's recipe is missing."""
     rows = list(csv.DictReader((REPO / "paczero" / "recipes" / "grid.csv").open()))
     named = {f"{r['table']}/{r['cell']}" for r in rows}
+    grid = yaml.safe_load((REPO / "scripts" / "recipe_templates" / "cpu-practitioner-grid.yaml").read_text())
+    for method, m in grid["methods"].items():  # the practitioner's table is a grid as data of its own
+        for lr in m["lrs"]:
+            mantissa, exponent = f"{lr:e}".split("e")
+            name = f"cpu-practitioner/{method}-lr{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+            named.add(name)
+            block = yaml.safe_load(resolve_recipe(name).read_text())
+            assert {k: block[k] for k in m["config"]} == m["config"] and block["lr"] == lr, name
     assert named == {n for n in ALL if not n.startswith("quickstart/")}
     meta = {"table", "cell", "base", "seeds", "forwards", "method", "source", "title", "paper"}
     for r in rows:
@@ -401,3 +411,28 @@ def test_every_recipe_holds_its_grid_row():
             assert json.loads(json.dumps(block["paper"])) == figures, name
             assert re.search(r"; authors' scripts/[\w/.-]+\.sh:\d+$", r["source"]) or name in (
                 "ablation/sst2-opt1.3b-lora-mi0.001-uniform-t2000", "zpl-canonical/sst2-opt1.3b-ft"), name
+
+
+def test_the_practitioner_table_starts_every_method_from_the_strong_prompt():
+    """cpu-practitioner: MeZO, PAC-ZPL with both coin rules, PAC-MI 1e-3 with the posterior mean and DPZero at
+    epsilon 2, each at 5 learning rates differing in nothing else, every cell from the strong prompt (the
+    template and answer words on which the base model scores about 90 %), N = 256, M = 128, bf16 at bf16's mu,
+    5 dev evaluations a run, DP matched to a PAC cell's example forwards. Red if a cell starts from the paper's
+    prompt, a method's cells differ in more than lr, or DP gets more forwards than PAC."""
+    by_method: dict[str, list] = {}
+    for name in PRACTITIONER:
+        method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
+        by_method.setdefault(method, []).append(cpu_cfg(name).validate())
+    assert set(by_method) == {"lora-mezo", "lora-zpl", "lora-zpl-skip", "lora-mi0.001-pm", "lora-dpzero-eps2"}
+    for method, cfgs in by_method.items():
+        assert len(cfgs) == 5, method
+        rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
+        assert len(rest) == 1, method
+        c = cfgs[0]
+        assert c.template == "Review: {sentence}\nSentiment:" and c.verbalizer == {0: " negative", 1: " positive"}
+        assert (c.dtype, c.mu, c.n_train, c.n_dev, c.n_test, c.heldout_attack) == ("bf16", 1e-2, 256, 100, 500, True)
+        assert c.steps // c.eval_every == 5 and c.eval_zero_shot and c.dev_best, method
+        if c.mechanism in ("pac-zpl", "pac-mi"):
+            assert c.num_subsets == 128
+    pac, dp = by_method["lora-zpl"][0], by_method["lora-dpzero-eps2"][0]
+    assert dp.steps * 2 * dp.sample_rate * dp.n_train == pac.steps * 2 * pac.n_train and dp.epsilon == 2.0
