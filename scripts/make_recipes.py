@@ -40,6 +40,9 @@ CPU_SHARED = {"model": "smollm2-135m-instruct", "lora_r": 8, "lora_alpha": 16, "
 #: the regime table's settings on top of CPU_SHARED: the paper's M = 128 on a larger universe, in fp32 (this
 #: table's machine has no native bf16) at fp32's mu (docs/performance.md, bf16 on CPU)
 CPU_REGIME_SHARED = {**CPU_SHARED, "dtype": "fp32", "mu": 1e-3, "n_train": 256, "checkpoint_every": 10}
+#: the practitioner's table: the regime table's model, universe, splits and dtype with the strong prompt
+CPU_PRACTITIONER_SHARED = {**CPU_REGIME_SHARED, "template": "Review: {sentence}\nSentiment:",
+                           "verbalizer": {0: " negative", 1: " positive"}}
 CPU_SEEDS = [0, 1, 2]
 CPU_DATA = ("imdb.jsonl, the IMDb file of the UCI Sentiment Labelled Sentences (Kotzias et al., KDD 2015; "
             "CC BY 4.0): 1000 review sentences, 500 positive, rows {\"text\", \"label\"}")
@@ -81,7 +84,8 @@ def read_grid(path: Path = GRID) -> list[dict]:
     for row in csv.DictReader(path.open()):
         meta = {"table", "cell", "base", "seeds", "forwards", "method", "source", "title", "paper"}
         values = {k: json.loads(v) for k, v in row.items() if k not in meta and v != ""}
-        shared = {"cpu": CPU_SHARED, "cpu-regime": CPU_REGIME_SHARED}.get(row["base"])
+        shared = {"cpu": CPU_SHARED, "cpu-regime": CPU_REGIME_SHARED,
+                  "cpu-practitioner": CPU_PRACTITIONER_SHARED}.get(row["base"])
         cfg = {**(shared if shared is not None else base(*row["base"].split())), **values}
         cells.append({"table": row["table"], "cell": row["cell"], "title": row["title"], "cfg": cfg,
                       "seeds": [int(s) for s in row["seeds"].split()], "source": row["source"], "paper": _paper(row),
@@ -232,7 +236,7 @@ def cpu_seconds(cfg: dict, forwards: float) -> float:
 def render_cpu(c: dict) -> str:
     """A CPU table's recipe: its header (long lines wrapped as comments), the recipe block and the config."""
     table, cfg, fw = c["table"], c["cfg"], c["forwards"]
-    seconds = regime_seconds(cfg, fw) if table == "cpu-regime" else cpu_seconds(cfg, fw)
+    seconds = regime_seconds(cfg, fw) if table in ("cpu-regime", "cpu-practitioner") else cpu_seconds(cfg, fw)
     head = (TEMPLATES / f"{table}-header.txt").read_text().format(
         title=c["title"], name=f"{table}/{c['cell']}", data=CPU_DATA, ood=TUNED_OOD, minutes=seconds / 60,
         seeds=" ".join(map(str, CPU_SEEDS)), seed0=CPU_SEEDS[0], steps=cfg["steps"], forwards=fw, track=cfg["track"])
@@ -240,7 +244,8 @@ def render_cpu(c: dict) -> str:
                      for line in head.splitlines()) + "\n"
     recipe = {"recipe": {"name": f"{table}/{c['cell']}", "table": table, "cell": c["cell"], "title": c["title"],
                          "seeds": CPU_SEEDS, "seed_field": "data_seed", "requires_data": CPU_DATA}}
-    return head + dump(recipe) + "\n" + dump({k: cfg[k] for k in KEY_ORDER if k in cfg})
+    unused = {"mu"} if cfg["mechanism"] == "dp-sgd" else set()  # a gradient step perturbs nothing
+    return head + dump(recipe) + "\n" + dump({k: cfg[k] for k in KEY_ORDER if k in cfg and k not in unused})
 
 
 def cpu_scale_readme(cells: list[dict]) -> str:
@@ -296,7 +301,8 @@ def regime_eval_forwards(cfg: dict) -> int:
 def regime_seconds(cfg: dict, forwards: float) -> float:
     """A regime cell's estimated seconds per run in fp32: steps x (directions x fixed + forwards x s) + the
     evaluations' forwards x s + start."""
-    per_step = cfg["num_directions"] * CPU_FP32_S_DIRECTION + forwards * CPU_FP32_S_FORWARD
+    directions = 0 if cfg["mechanism"] == "dp-sgd" else cfg["num_directions"]  # DP-SGD: forwards and backwards only
+    per_step = directions * CPU_FP32_S_DIRECTION + forwards * CPU_FP32_S_FORWARD
     return cfg["steps"] * per_step + regime_eval_forwards(cfg) * CPU_FP32_S_FORWARD + CPU_S_START
 
 
@@ -334,6 +340,20 @@ def cpu_regime_readme(cells: list[dict]) -> str:
         s_forward_ms=CPU_FP32_S_FORWARD * 1000, s_start=CPU_S_START, measured=CPU_FP32_MEASURED)
 
 
+def cpu_practitioner_dpsgd_readme(cells: list[dict]) -> str:
+    """The practitioner table's DP-SGD cells: their grid, a run's forwards and backwards and its estimate."""
+    cfg, fw = cells[0]["cfg"], cells[0]["forwards"]
+    batch = cfg["sample_rate"] * cfg["n_train"]
+    return (TEMPLATES / "cpu-practitioner-dpsgd-README.md").read_text().format(
+        table="cpu-practitioner", data=CPU_DATA, ood=TUNED_OOD, n=cfg["n_train"], q=cfg["sample_rate"], batch=batch,
+        t=cfg["steps"], every=cfg["eval_every"], clip=cfg["dp_clip"], epsilon=cfg["epsilon"], delta=cfg["delta"],
+        lrs=", ".join(_sci(c["cfg"]["lr"]) for c in sorted(cells, key=lambda c: c["cfg"]["lr"])),
+        lr_pattern=",".join(_sci(c["cfg"]["lr"]) for c in sorted(cells, key=lambda c: c["cfg"]["lr"])),
+        examples=cfg["steps"] * batch, fw_run=cfg["steps"] * fw, zo_fw=30 * 2 * cfg["n_train"],
+        minutes=regime_seconds(cfg, fw) / 60, hours=regime_seconds(cfg, fw) * (len(cells) + 2) / 3600,
+        s_forward_ms=CPU_FP32_S_FORWARD * 1000)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report stale or missing recipes and exit 1, write nothing")
@@ -345,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted[ROOT / "cpu-scale" / "README.md"] = cpu_scale_readme([c for c in cells if c["table"] == "cpu-scale"])
     wanted[ROOT / "cpu-tuned" / "README.md"] = cpu_tuned_readme([c for c in cells if c["table"] == "cpu-tuned"])
     wanted[ROOT / "cpu-regime" / "README.md"] = cpu_regime_readme([c for c in cells if c["table"] == "cpu-regime"])
+    wanted[ROOT / "cpu-practitioner" / "README.md"] = cpu_practitioner_dpsgd_readme(
+        [c for c in cells if c["table"] == "cpu-practitioner" and c["cfg"]["mechanism"] == "dp-sgd"])
     existing = {p for t in {c["table"] for c in cells} for p in (ROOT / t).glob("*.yaml")}
     stale = sorted(p for p, text in wanted.items() if not p.exists() or p.read_text() != text)
     extra = sorted(existing - set(wanted))

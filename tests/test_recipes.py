@@ -16,7 +16,8 @@ from paczero.config import TrainConfig, load_yaml
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = list_recipes()
-NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/", "cpu-regime/"))]  # the paper's
+NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/", "cpu-regime/",
+                                             "cpu-practitioner/"))]  # the paper's
 CPU = [n for n in ALL if n.startswith("cpu-scale/")]  # the CPU-scale table (its data file is not shipped)
 TUNED = [n for n in ALL if n.startswith("cpu-tuned/")]  # the tuned CPU table (data and ood files not shipped)
 REGIME = [n for n in ALL if n.startswith("cpu-regime/")]  # the tuned table at M = 128 (the same files)
@@ -401,3 +402,21 @@ def test_every_recipe_holds_its_grid_row():
             assert json.loads(json.dumps(block["paper"])) == figures, name
             assert re.search(r"; authors' scripts/[\w/.-]+\.sh:\d+$", r["source"]) or name in (
                 "ablation/sst2-opt1.3b-lora-mi0.001-uniform-t2000", "zpl-canonical/sst2-opt1.3b-ft"), name
+
+
+def test_cpu_practitioner_dpsgd_cells_match_the_zeroth_order_cost_and_settings():
+    """The practitioner table's DP-SGD cells: SmolLM2 LoRA, the strong prompt, N = 256, epsilon 2 at DPZero's delta,
+    an lr grid, and T q N examples, each a forward and a backward (three forward-equivalents), as many as a
+    zeroth-order regime cell's 30 steps x 256 examples x 2 forwards. Red when T or q drifts from that budget."""
+    names = [n for n in ALL if n.startswith("cpu-practitioner/lora-dpsgd-eps2-lr")]
+    assert len(names) >= 4
+    lrs = set()
+    for name in names:
+        c = cfg(name).validate()
+        assert (c.model, c.track, c.mechanism, c.n_train, c.n_dev, c.n_test) == (
+            "smollm2-135m-instruct", "lora", "dp-sgd", 256, 100, 500)
+        assert c.template == "Review: {sentence}\nSentiment:" and c.verbalizer == {0: " negative", 1: " positive"}
+        assert (c.epsilon, c.delta) == (2.0, cfg("cpu-regime/lora-dpzero-eps2-lr2.5e-3").delta)
+        assert c.steps * c.sample_rate * c.n_train * 3 == pytest.approx(30 * 256 * 2, rel=0.1)
+        lrs.add(c.lr)
+    assert len(lrs) == len(names)
