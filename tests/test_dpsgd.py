@@ -238,3 +238,16 @@ def test_a_model_opacus_cannot_wrap_is_one_line_exit_2(tmp_path, capsys, monkeyp
     assert code == 2
     assert err[-1].startswith("paczero: error: Opacus cannot compute per-example gradients")
     assert sum(line.startswith("paczero: error") for line in err) == 1
+
+
+def test_a_model_whose_layers_opacus_hooks_cannot_follow_is_one_line_exit_2(tmp_path, capsys):
+    """Full fine-tuning of OPT: its learned position embedding is called with an integer beside the mask, which
+    Opacus's hooks cannot record. The probe before the first evaluation turns that into one line and exit code 2,
+    with no traceback and no evaluation. Red without the probe (the run fails in its first step, a traceback)."""
+    code = main(TINY + ["--model", "tiny-opt", "--track", "ft", "--epsilon", "2", "--steps", "2",
+                        "--out-dir", str(tmp_path / "run")])
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("paczero: error: Opacus cannot compute per-example gradients for this model (ft track)")
+    assert "Traceback" not in captured.err and "zero-shot" not in captured.out

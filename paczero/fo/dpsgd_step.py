@@ -86,18 +86,30 @@ def wrap(model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]
     return FirstOrder(hooks, optimizer, tensors, mode, float(clip))
 
 
-def attach(cfg, ranks, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]]) -> FirstOrder:
-    """A DP-SGD run's :class:`FirstOrder` for ``cfg`` (a :class:`paczero.config.TrainConfig`): one process only;
-    a model Opacus cannot wrap is bad input (:class:`paczero.config.ConfigError`, one line)."""
+def attach(cfg, ranks, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
+           probe: Callable[[], torch.Tensor]) -> FirstOrder:
+    """A DP-SGD run's :class:`FirstOrder` for ``cfg`` (a :class:`paczero.config.TrainConfig`): one process only.
+    ``probe()`` returns the per-example losses of a public batch (a dev example): their clipped gradient is
+    computed once and thrown away, so that a model Opacus cannot wrap (a trainable layer with buffers, or one
+    its hooks cannot follow, as OPT's learned positions) is bad input (:class:`paczero.config.ConfigError`,
+    one line) before the run's first evaluation."""
     from paczero.config import ConfigError
 
     if ranks.world > 1:
         raise ConfigError("dp-sgd runs in one process (torchrun's data parallelism is for the zeroth-order step)")
     try:
-        return wrap(model, params, lr=cfg.lr, weight_decay=cfg.weight_decay, clip=cfg.dp_clip,
-                    mode=grad_sample_mode(model, params, cfg.track))
+        fo = wrap(model, params, lr=cfg.lr, weight_decay=cfg.weight_decay, clip=cfg.dp_clip,
+                  mode=grad_sample_mode(model, params, cfg.track))
     except OpacusError as e:
         raise ConfigError(str(e)) from None
+    try:
+        with torch.enable_grad():
+            clipped_sum(fo, probe().float(), [torch.zeros(p.shape, dtype=torch.float64) for p in fo.params])
+    except Exception as e:  # noqa: BLE001 - whatever Opacus's hooks meet in this model's forward or backward
+        fo.close()
+        raise ConfigError(f"Opacus cannot compute per-example gradients for this model ({cfg.track} track): "
+                          f"{type(e).__name__}: {_first_line(e)}") from None
+    return fo
 
 
 def grad_sample_mode(model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]], track: str) -> str:
