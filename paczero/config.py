@@ -315,6 +315,7 @@ def _check_first_order(cfg: TrainConfig) -> None:
     need(not cfg.resume, "dp-sgd runs cannot be resumed (the optimizer state is not checkpointed); "
                          "start the run again, or in another folder")
     need(cfg.device_map is None, "dp-sgd does not run on a sharded model (--device-map)")
+    need(cfg.task != "squad" or cfg.objective == "nll", "dp-sgd needs a differentiable loss: objective nll, not f1")
 
 
 def _check_prompt_and_data(cfg: TrainConfig) -> None:

@@ -272,8 +272,7 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     if cfg.mechanism in FIRST_ORDER:  # DP-SGD: Opacus's hooks on the trainable parameters (paczero/fo/)
         from paczero.fo.dpsgd_step import attach
 
-        probe = setup.task.make_batches(setup.dev_enc[:1], token_budget=cfg.token_budget)[0].to(setup.device)
-        run.first_order = attach(cfg, ranks, setup.model, params, lambda: setup.task.losses(setup.model, probe))
+        run.first_order = attach(cfg, ranks, setup, params)
     return run, resumed
 
 

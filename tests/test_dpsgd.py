@@ -209,6 +209,7 @@ def test_tiny_run_end_to_end_with_its_statement(tmp_path, capsys):
     (["--sample-rate", "1.5"], "sample_rate must be in (0, 1]"),
     (["--resume"], "cannot be resumed"),
     (["--num-directions", "4"], "num_directions"),
+    (["--task", "squad", "--objective", "f1"], "objective nll"),
 ])
 def test_bad_input_one_line_exit_2(extra, words, tmp_path, capsys):
     """Bad dp-sgd settings: exit code 2 and one line naming the problem, before any model loads."""
@@ -251,3 +252,15 @@ def test_a_model_whose_layers_opacus_hooks_cannot_follow_is_one_line_exit_2(tmp_
     assert code == 2
     assert err[-1].startswith("paczero: error: Opacus cannot compute per-example gradients for this model (ft track)")
     assert "Traceback" not in captured.err and "zero-shot" not in captured.out
+
+
+def test_options_of_several_tokens_are_one_line_exit_2(tmp_path, capsys):
+    """Options of several tokens put each example on one model row per option; Opacus would clip each row to C,
+    so an example could move the sum by up to 2C. Refused with one line and exit code 2 before any evaluation.
+    Red without the row check (the run trains, clipping per row)."""
+    code = main(TINY + ["--epsilon", "2", "--steps", "2", "--verbalizer", "0= terrible movie,1= great film",
+                        "--out-dir", str(tmp_path / "run")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.err.strip().splitlines()[-1].startswith("paczero: error: dp-sgd clips per model row")
+    assert "zero-shot" not in captured.out

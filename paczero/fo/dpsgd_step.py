@@ -86,14 +86,15 @@ def wrap(model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]
     return FirstOrder(hooks, optimizer, tensors, mode, float(clip))
 
 
-def attach(cfg, ranks, model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]],
-           probe: Callable[[], torch.Tensor]) -> FirstOrder:
-    """A DP-SGD run's :class:`FirstOrder` for ``cfg`` (a :class:`paczero.config.TrainConfig`): one process only.
-    ``probe()`` returns the per-example losses of a public batch (a dev example): their clipped gradient is
-    computed once and thrown away, so that a model Opacus cannot wrap (a trainable layer with buffers, or one
-    its hooks cannot follow, as OPT's learned positions) is bad input (:class:`paczero.config.ConfigError`,
-    one line) before the run's first evaluation."""
+def attach(cfg, ranks, setup, params: Sequence[tuple[str, torch.nn.Parameter]]) -> FirstOrder:
+    """A DP-SGD run's :class:`FirstOrder` for ``cfg`` (a :class:`paczero.config.TrainConfig`) on ``setup``'s model
+    (a :class:`paczero.build.Setup`): one process only. A probe, the clipped gradient of one dev example (public:
+    computed once and thrown away), makes a model Opacus cannot wrap (a trainable layer with buffers, or one its
+    hooks cannot follow, as OPT's learned positions) or a task it would clip per row bad input
+    (:class:`paczero.config.ConfigError`, one line) before the run's first evaluation."""
     from paczero.config import ConfigError
+
+    model = setup.model
 
     if ranks.world > 1:
         raise ConfigError("dp-sgd runs in one process (torchrun's data parallelism is for the zeroth-order step)")
@@ -104,7 +105,13 @@ def attach(cfg, ranks, model: torch.nn.Module, params: Sequence[tuple[str, torch
         raise ConfigError(str(e)) from None
     try:
         with torch.enable_grad():
-            clipped_sum(fo, probe().float(), [torch.zeros(p.shape, dtype=torch.float64) for p in fo.params])
+            batch = setup.task.make_batches(setup.dev_enc[:1], token_budget=cfg.token_budget)[0].to(setup.device)
+            losses = setup.task.losses(model, batch)
+            check_rows(batch, losses)
+            clipped_sum(fo, losses.float(), [torch.zeros(p.shape, dtype=torch.float64) for p in fo.params])
+    except ValueError as e:
+        fo.close()
+        raise ConfigError(str(e)) from None
     except Exception as e:  # noqa: BLE001 - whatever Opacus's hooks meet in this model's forward or backward
         fo.close()
         raise ConfigError(f"Opacus cannot compute per-example gradients for this model ({cfg.track} track): "
@@ -124,6 +131,15 @@ def grad_sample_mode(model: torch.nn.Module, params: Sequence[tuple[str, torch.n
             return "hooks"
         seen.add(id(p))
     return "ghost"
+
+
+def check_rows(batch, losses: torch.Tensor) -> None:
+    """Opacus clips each row of the model's batch: a task that scores one example on several rows (options of
+    several tokens, one row each) would be clipped per row, and an example could move the sum by more than C."""
+    if batch.input_ids.shape[0] != losses.numel():
+        raise ValueError(f"dp-sgd clips per model row, and this task scores each example on "
+                         f"{batch.input_ids.shape[0] // max(losses.numel(), 1)} rows (options of several tokens); "
+                         "choose a verbalizer whose options are one token each")
 
 
 def _first_line(problem: Exception) -> str:
@@ -168,7 +184,9 @@ def dpsgd_step(batches: Sequence, *, fo: FirstOrder, mechanism, loss_fn: Callabl
     total, rows = 0.0, 0
     with torch.enable_grad():
         for batch in batches:
-            losses = loss_fn(batch.to(device)).float()
+            batch = batch.to(device)
+            losses = loss_fn(batch).float()
+            check_rows(batch, losses)
             clipped_sum(fo, losses, sums)
             total, rows = total + float(losses.detach().sum()), rows + losses.numel()
     numel = sum(p.numel() for p in fo.params)
