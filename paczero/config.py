@@ -315,6 +315,7 @@ def _check_first_order(cfg: TrainConfig) -> None:
     need(not cfg.resume, "dp-sgd runs cannot be resumed (the optimizer state is not checkpointed); "
                          "start the run again, or in another folder")
     need(cfg.device_map is None, "dp-sgd does not run on a sharded model (--device-map)")
+    need(not cfg.compile, "compile does not apply to dp-sgd (Opacus's per-example hooks run on the eager model)")
     need(cfg.task != "squad" or cfg.objective == "nll", "dp-sgd needs a differentiable loss: objective nll, not f1")
 
 

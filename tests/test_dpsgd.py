@@ -210,6 +210,7 @@ def test_tiny_run_end_to_end_with_its_statement(tmp_path, capsys):
     (["--resume"], "cannot be resumed"),
     (["--num-directions", "4"], "num_directions"),
     (["--task", "squad", "--objective", "f1"], "objective nll"),
+    (["--compile"], "compile does not apply to dp-sgd"),
 ])
 def test_bad_input_one_line_exit_2(extra, words, tmp_path, capsys):
     """Bad dp-sgd settings: exit code 2 and one line naming the problem, before any model loads."""
