@@ -20,12 +20,13 @@ import yaml
 
 #: The mechanism registry: every name a config may give (the classes: ``paczero.mechanisms.MECHANISMS``,
 #: kept equal to this by a test), and the families that train, report, statement and bench read.
-MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo", "dpzero-aggzo1",
+MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd",
               "raw_full", "quant_full", "raw_half", "quant_half", "random_sign")
 PAC_MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "raw_half", "quant_half")  # these use the candidate subsets
 PAC_PRIVATE = ("pac-zpl", "pac-mi", "hybrid")  # a PAC Privacy guarantee
 MI_BUDGETED = ("pac-mi", "hybrid")              # take an MI budget (mi_budget)
-DP_MECHANISMS = ("dpzero", "dp-aggzo", "dpzero-aggzo1")  # (epsilon, delta)-DP on Poisson-sampled batches
+DP_MECHANISMS = ("dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd")  # (epsilon, delta)-DP on Poisson-sampled batches
+FIRST_ORDER = ("dp-sgd",)  # a gradient step (paczero/fo/), not the zeroth-order step
 SELECT_METRICS = ("loss", "accuracy", "f1")  # dev-best selection: the lowest dev loss, the highest accuracy or F1
 TASKS = ("sst2", "squad", "demo", "completion")
 CLASSIFICATION_TASKS = ("sst2", "demo")
@@ -75,7 +76,7 @@ class TrainConfig:
     coin_step: str = "move"                  # PAC mechanisms' coin releases: "move" (the paper: theta moves along the coin) | "skip" (theta stays, no coin drawn; MI unchanged)
     epsilon: float | None = None             # DP baselines: target epsilon
     delta: float = 1e-5                      # DP baselines: delta
-    dp_clip: float = 25.0                    # DP baselines: per-example clip of the scalar
+    dp_clip: float = 25.0                    # DP baselines: per-example clip of the scalar (dp-sgd: of the gradient's L2 norm)
     sample_rate: float = 0.064               # DP baselines: Poisson sampling rate q
     accountant: str = "rdp"                  # "rdp" | "pld" (the other is reported too)
     batch_size: int | None = None            # mezo mini-batch (None: the whole universe)
@@ -293,6 +294,8 @@ def _check_mechanism(cfg: TrainConfig) -> None:
         need(isinstance(cfg.sample_rate, (int, float)) and 0 < cfg.sample_rate <= 1,
              f"sample_rate must be in (0, 1], got {cfg.sample_rate!r}")
         need(cfg.accountant in ("rdp", "pld"), f"accountant must be 'rdp' or 'pld', got {cfg.accountant!r}")
+        if cfg.mechanism in FIRST_ORDER:
+            _check_first_order(cfg)
         if cfg.mechanism in ("dpzero", "dpzero-aggzo1"):
             need(cfg.num_directions == 1, f"{cfg.mechanism} uses one direction per step (num_directions 1); "
                                            "use dp-aggzo for K > 1")
@@ -301,6 +304,19 @@ def _check_mechanism(cfg: TrainConfig) -> None:
     if cfg.batch_size is not None:
         need(cfg.mechanism == "mezo", "batch_size applies to mezo only")
         integer("batch_size", cfg.batch_size, 1)
+
+
+def _check_first_order(cfg: TrainConfig) -> None:
+    """DP-SGD: a gradient step, so none of the zeroth-order step's settings; no resume (its AdamW state is not
+    checkpointed)."""
+    need(cfg.num_directions == 1, "num_directions applies to the zeroth-order mechanisms, not dp-sgd")
+    need(cfg.clip is None, "clip (the stability clip of the two-point scalars) does not apply to dp-sgd; "
+                           "its per-example gradient clip is dp_clip")
+    need(not cfg.resume, "dp-sgd runs cannot be resumed (the optimizer state is not checkpointed); "
+                         "start the run again, or in another folder")
+    need(cfg.device_map is None, "dp-sgd does not run on a sharded model (--device-map)")
+    need(not cfg.compile, "compile does not apply to dp-sgd (Opacus's per-example hooks run on the eager model)")
+    need(cfg.task != "squad" or cfg.objective == "nll", "dp-sgd needs a differentiable loss: objective nll, not f1")
 
 
 def _check_prompt_and_data(cfg: TrainConfig) -> None:

@@ -32,7 +32,9 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-__all__ = ["randbelow", "bernoulli", "bernoulli_exp", "discrete_laplace", "discrete_gaussian",
+import numpy as np
+
+__all__ = ["randbelow", "bernoulli", "bernoulli_mask", "bernoulli_exp", "discrete_laplace", "discrete_gaussian",
            "public_sigma", "noise_grid", "on_grid", "GRID_BITS", "MAX_SIGMA", "SIGMA_BITS"]
 
 #: bits of the grid below sigma: the discrete Gaussian's scale in grid units is in [2^40, 2^41)
@@ -70,6 +72,26 @@ def bernoulli(rng, p: Fraction) -> bool:
     if not 0 <= p <= 1:
         raise ValueError(f"bernoulli needs 0 <= p <= 1; got {p}")
     return randbelow(rng, p.denominator) < p.numerator
+
+
+def bernoulli_mask(rng, p: Fraction | float, n: int) -> np.ndarray:
+    """``n`` independent draws, each True with probability exactly ``p`` (a rational in [0, 1]; a float
+    is taken as the exact binary rational it denotes): draw ``u`` uniform in ``[0, den)`` and keep
+    ``u < num``. A float test ``random() < p`` would keep at ``p`` plus the rounding of ``p`` to the
+    uniforms' 2^-53 grid. Denominators up to 2^63 (every float ``p >= 2^-11``) draw all ``n`` at once
+    with the generator's unbiased ``integers``; larger ones one at a time through :func:`randbelow`."""
+    p = Fraction(p)
+    if not 0 <= p <= 1:
+        raise ValueError(f"bernoulli_mask needs 0 <= p <= 1; got {p}")
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"bernoulli_mask needs n >= 0; got {n}")
+    num, den = p.numerator, p.denominator
+    if den == 1 or n == 0:
+        return np.full(n, num == 1, dtype=bool)
+    if den <= 2 ** 63:
+        return np.asarray(rng.integers(0, den, size=n), dtype=np.int64) < num
+    return np.fromiter((randbelow(rng, den) < num for _ in range(n)), dtype=bool, count=n)
 
 
 def bernoulli_exp(rng, gamma: Fraction) -> bool:

@@ -43,6 +43,10 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
         if statement.get("delta_discretization") is not None:
             lines.append(f"Noise: {statement.get('noise')}, exact; drawing it so adds "
                          f"{statement['delta_discretization']:.1e} to delta (docs/privacy.md).")
+        elif mech == "dp-sgd":
+            lines.append("Noise: a float Gaussian per gradient coordinate from the private SHAKE-256 stream; the "
+                         "(epsilon, delta) above are the Gaussian mechanism's, which float noise approximates, and "
+                         "no bound here covers the difference (docs/privacy.md, 'Noise on a finite computer').")
     else:
         bound = statement.get("mi_bound")
         lines.append(

@@ -32,7 +32,7 @@ from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_
                                 save_weights, set_times)
 from paczero.curves import write_run_curves
 from paczero.step_record import step_record
-from paczero.config import DP_MECHANISMS, TrainConfig
+from paczero.config import DP_MECHANISMS, FIRST_ORDER, TrainConfig
 from paczero.journal import Journal, check_resumed_config, recorded_data
 from paczero.publish import make_stage, publish, working_dir
 from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
@@ -69,11 +69,12 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
 
     name = cfg.mechanism
     if name in DP_MECHANISMS:
-        from paczero.mechanisms.dp import DPAggZO, DPZero, DPZeroAggZO1
+        from paczero.mechanisms import DPSGD, DPAggZO, DPZero, DPZeroAggZO1
 
-        if name == "dpzero":  # normalised by q * n_train: under add-or-remove adjacency the true N is private
-            return DPZero(n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
-                          accountant=cfg.accountant, seed=private_rng, public_size=cfg.n_train)
+        if name in ("dpzero", "dp-sgd"):  # normalised by q * n_train: under add-or-remove adjacency N is private
+            return (DPSGD if name == "dp-sgd" else DPZero)(
+                n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip,
+                accountant=cfg.accountant, seed=private_rng, public_size=cfg.n_train)
         return (DPAggZO if name == "dp-aggzo" else DPZeroAggZO1)(  # dpzero-aggzo1: DP-AggZO's code at K = 1
             n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip, cfg.num_directions,
             accountant=cfg.accountant, seed=private_rng)
@@ -199,6 +200,7 @@ class Run:
         self.zero_shot: dict | None = None
         self.cum_time = 0.0
         self.journal = self.ladder = self.tracker = None
+        self.first_order = None  # DP-SGD's Opacus hooks and optimizer (paczero/fo/dpsgd_step.py)
 
     def open_journal(self, resumed) -> None:
         """The private journal, begun with the mechanism's state unless it holds this run's start; one line."""
@@ -266,7 +268,12 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     mechanism = make_mechanism(cfg, len(setup.universe), private_generator(cfg.private_seed),
                                design=resumed.design if resumed else None,
                                secret_rng=secret_generator(cfg.private_seed))
-    return Run(cfg, ranks, run_dir, log, setup, fingerprint, params, perturber, mechanism, t_setup), resumed
+    run = Run(cfg, ranks, run_dir, log, setup, fingerprint, params, perturber, mechanism, t_setup)
+    if cfg.mechanism in FIRST_ORDER:  # DP-SGD: Opacus's hooks on the trainable parameters (paczero/fo/)
+        from paczero.fo.dpsgd_step import attach
+
+        run.first_order = attach(cfg, ranks, setup, params)
+    return run, resumed
 
 
 def _begin(run: Run) -> None:
@@ -286,8 +293,8 @@ def _begin(run: Run) -> None:
 
 def _loop(run: Run) -> tuple[int, bool]:
     """Steps ``run.start`` .. T-1 of Algorithm 1; returns (steps done, whether a stop request ended it early)."""
+    from paczero.fo.dpsgd_step import dpsgd_step
     from paczero.thread_share import refresh as refresh_threads
-    from paczero.zo import zo_step
 
     cfg, setup, mechanism, ranks = run.cfg, run.setup, run.mechanism, run.ranks
     task = setup.task
@@ -304,18 +311,12 @@ def _loop(run: Run) -> tuple[int, bool]:
             idx = mechanism.batch_indices(run.n)  # PAC: None, the whole universe; DP: a private Poisson sample
             ranks.announce(step, idx)
             batches, rows = step_batches(task, setup.universe, run.full_batches, idx, cfg.token_budget)
-            releases: list = []
-
-            def release(clipped, step=step):  # the mechanism's release of this step, published to the other ranks
-                releases.extend(mechanism.step(clipped))
-                coefs, lr = [r.coef for r in releases], lr_at(cfg, step)
-                ranks.publish(coefs, lr)
-                return coefs, lr
-
-            result = zo_step(step, batches, rows, perturber=run.perturber, ranks=ranks, loss_fn=loss_fn,
-                             num_directions=cfg.num_directions, mu=cfg.mu, clip=cfg.clip,
-                             weight_decay=cfg.weight_decay, device=setup.device, release=release,
-                             stop=stop.requested)
+            if run.first_order is not None:  # DP-SGD: clipped per-example gradients plus noise (paczero/fo/)
+                result = dpsgd_step(batches, fo=run.first_order, mechanism=mechanism, loss_fn=loss_fn,
+                                    lr=lr_at(cfg, step), device=setup.device)
+                releases = [result.release]
+            else:  # the zeroth-order step of Algorithm 1 (paczero/zo/)
+                result, releases = _zeroth_order_step(run, step, batches, rows, loss_fn, stop.requested)
             stop.requested = stop.requested or ranks.stop_requested  # another rank's SIGTERM ends the run too
             seconds = time.time() - t0
             run.cum_time += seconds
@@ -344,12 +345,31 @@ def _loop(run: Run) -> tuple[int, bool]:
                                     refresh=False)
             if stop.requested and done < cfg.steps:
                 stopped = True
-                run.log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
+                run.log(f"\nstopped at step {done}: checkpoint written; " + ("a dp-sgd run cannot be resumed (its "
+                        "optimizer state is not saved)" if run.first_order else "continue with --resume"))
                 break
     ranks.stop()
     bar.close()
     run.journal.close()
     return done, stopped
+
+
+def _zeroth_order_step(run: Run, step: int, batches, rows: int, loss_fn, stop: bool):
+    """One zo_step (scalars, the mechanism's release published to the other ranks, update); its result, releases."""
+    from paczero.zo import zo_step
+
+    cfg, releases = run.cfg, []
+
+    def release(clipped):
+        releases.extend(run.mechanism.step(clipped))
+        coefs, lr = [r.coef for r in releases], lr_at(cfg, step)
+        run.ranks.publish(coefs, lr)
+        return coefs, lr
+
+    result = zo_step(step, batches, rows, perturber=run.perturber, ranks=run.ranks, loss_fn=loss_fn,
+                     num_directions=cfg.num_directions, mu=cfg.mu, clip=cfg.clip, weight_decay=cfg.weight_decay,
+                     device=run.setup.device, release=release, stop=stop)
+    return result, releases
 
 
 def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:

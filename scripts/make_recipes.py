@@ -257,7 +257,8 @@ def render_cpu(c: dict) -> str:
                      for line in head.splitlines()) + "\n"
     recipe = {"recipe": {"name": f"{table}/{c['cell']}", "table": table, "cell": c["cell"], "title": c["title"],
                          "seeds": CPU_SEEDS, "seed_field": "data_seed", "requires_data": CPU_DATA}}
-    return head + dump(recipe) + "\n" + dump({k: cfg[k] for k in KEY_ORDER if k in cfg})
+    unused = {"mu"} if cfg["mechanism"] == "dp-sgd" else set()  # a gradient step perturbs nothing
+    return head + dump(recipe) + "\n" + dump({k: cfg[k] for k in KEY_ORDER if k in cfg and k not in unused})
 
 
 def cpu_scale_readme(cells: list[dict]) -> str:

@@ -310,3 +310,27 @@ def test_gloo_exit_counts_the_exit_codes_of_each_pair_of_ranks(capsys):
     assert main(["--modes", "destroy", "--runs", "1"]) == 0
     line = json.loads(capsys.readouterr().out)
     assert line == {"mode": "destroy", "runs": 1, "exit_codes": {"2": 2}}
+
+
+def test_bench_dp_sgd_against_the_zeroth_order_step_on_the_same_rows(monkeypatch):
+    """`paczero bench --mechanism dp-sgd`: both steps timed on the same N rows (the DP-SGD step's Poisson batch at
+    rate 1 is the whole universe), their peaks in fresh processes, and the table names both. Red when the DP-SGD
+    step scores another number of rows than the zeroth-order step, or a phase is not measured."""
+    from paczero.bench import first_order, memory
+    from paczero.fo import dpsgd_step as fo
+
+    rows = []
+    real = fo.dpsgd_step
+    monkeypatch.setattr(fo, "dpsgd_step", lambda batches, **kw: rows.append(sum(len(b.index) for b in batches))
+                        or real(batches, **kw))
+    phases = []
+    monkeypatch.setattr(memory, "memory_phase", lambda cfg, phase, live=False: phases.append((cfg.mechanism, phase))
+                        or {"peak_bytes": 2 ** 20 * (3 if phase == "dp-sgd" else 2)})
+    res = measure(BenchConfig(model="tiny-llama", n=8, steps=2, mechanism="dp-sgd", scaling=False, plain=False),
+                  log=lambda s: None)
+    assert rows == [8, 8, 8]  # the warm-up and two timed steps, each of all N rows
+    assert res["rows"] == 8 and res["zo_step_s"] > 0 and res["dpsgd_step_s"] > 0 and res["ratio"] > 0
+    assert phases == [("pac-zpl", "train"), ("pac-zpl", "dp-sgd")]
+    assert res["memory_ratio"] == 1.5
+    text = first_order.first_order_table([res])
+    assert "DP-SGD step s" in text and "tiny-llama" in text

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from paczero.exact_noise import (GRID_BITS, MAX_SIGMA, SIGMA_BITS, bernoulli_exp, discrete_gaussian,
+from paczero.exact_noise import (GRID_BITS, MAX_SIGMA, SIGMA_BITS, bernoulli_exp, bernoulli_mask, discrete_gaussian,
                                  discrete_laplace, noise_grid, on_grid, public_sigma)
 from paczero.mechanisms.pac import PacMI, _noised_value
 from paczero.privacy.binary_channel import binary_mi, discrete_binary_mi
@@ -121,9 +121,82 @@ def test_discrete_binary_mi_matches_mpmath(q, sigma, grid):
 
 
 def test_discrete_binary_mi_refuses_a_grid_the_inputs_are_not_on():
-    """1/grid not an integer: the two inputs lie on different cosets and the channel is not this one."""
+    """1/grid not an integer: the two inputs lie on different cosets and the channel is not this one. The check is
+    exact: grid = 0.1 (a double just above 1/10, whose inverse rounds to 10.0 in floats) is refused too; red
+    with the check done in floats."""
     with pytest.raises(ValueError, match="integer"):
         discrete_binary_mi(0.3, 1.0, 3 * 2.0 ** -42)
+    with pytest.raises(ValueError, match="integer"):
+        discrete_binary_mi(0.5, 0.5, 0.1)
+    assert 1.0 / 0.1 == 10.0  # what a float check sees
+    assert discrete_binary_mi(0.5, 0.5, 0.125) > 0.0  # 1/grid = 8 exactly
+
+
+def _mp_gaussian_binary_mi(q, sigma):
+    """I(xi; xi + sigma Z), Z standard normal: the definition as a 40-digit mpmath quadrature."""
+    q, s = mp.mpf(q), mp.mpf(sigma)
+
+    def f(z):
+        y = 2 * (1 + s * z) / (s * s)  # the log-likelihood ratio at the output 1 + sigma z, and its mirror
+        w = 2 * (-1 + s * z) / (s * s)
+        return mp.npdf(z) * (-q * mp.log(q + (1 - q) * mp.exp(-y)) - (1 - q) * mp.log(1 - q + q * mp.exp(w)))
+    return mp.quad(f, [-mp.inf, -10, 0, 10, mp.inf])
+
+
+@pytest.mark.parametrize("q, sigma", [(0.01, 1850.0), (0.5, 1949.91), (1.6e-11, 1925.0), (1e-6, 1671.2),
+                                      (0.3, 700.0), (0.1, 60.0)])
+def test_discrete_binary_mi_error_is_within_its_stated_bound(q, sigma):
+    """The relative error the docstring states (below 4e-13 for sigma up to 2000, of either sign) holds at the
+    worst points of a scan against 40-digit quadrature (sigma in [0.05, 2000]); the charge's margin (5e-11) covers
+    it. Red when the evaluator loses accuracy near its switch to the low-SNR expansion at sigma = 2000."""
+    mp.mp.dps = 40
+    grid = noise_grid(sigma)
+    ref = _mp_gaussian_binary_mi(q, sigma)
+    assert abs(discrete_binary_mi(q, sigma, grid) - ref) <= 4e-13 * ref
+
+
+def test_bernoulli_mask_keeps_exactly_the_rational_q():
+    """The mask keeps u < numerator for u uniform below the exact denominator of q (the float q as a rational):
+    at q = 0.064 (denominator 2^54) the draw just below the numerator is kept and the one at it is not. Red for
+    a float test random() < q, or a threshold rounded to another grid."""
+    p = Fraction(0.064)
+    calls = []
+
+    class Edge:
+        def integers(self, low, high, size):
+            calls.append((low, high, size))
+            return np.array([p.numerator - 1, p.numerator], dtype=np.int64)
+
+    assert p.denominator == 2 ** 54
+    assert bernoulli_mask(Edge(), 0.064, 2).tolist() == [True, False]
+    assert calls == [(0, 2 ** 54, 2)]
+    assert bernoulli_mask(SecureGenerator.from_seed(0), Fraction(1), 3).all()
+    assert not bernoulli_mask(SecureGenerator.from_seed(0), 0.0, 3).any()
+    rng = SecureGenerator.from_seed(3)
+    draws = bernoulli_mask(rng, 0.064, 400_000)
+    assert abs(draws.mean() - 0.064) < 4 * math.sqrt(0.064 * 0.936 / 400_000)
+    tiny = Fraction(1, 3 * 2 ** 70)  # a denominator beyond 2^63: one exact draw at a time
+    assert not bernoulli_mask(rng, tiny, 50).any()
+    with pytest.raises(ValueError):
+        bernoulli_mask(rng, 1.5, 2)
+
+
+def test_dp_zo_poisson_mask_is_drawn_exactly_at_q():
+    """DPZero's batch_indices draws its Poisson mask through bernoulli_mask on the private generator: with a
+    generator answering one draw below and one at the numerator of Fraction(q), exactly the first example joins.
+    Red for the float mask ``random() < q``."""
+    from paczero.mechanisms.dp import DPZero
+
+    q = 0.064
+    mech = DPZero(2, 2.0, 1e-5, 10, q, 1.0, seed=0)
+
+    class Edge:
+        def integers(self, low, high, size):
+            assert (low, high) == (0, Fraction(q).denominator)
+            return np.array([Fraction(q).numerator - 1, Fraction(q).numerator], dtype=np.int64)
+
+    mech._rng = Edge()
+    assert mech.batch_indices(2).tolist() == [0]
 
 
 def test_pac_mi_publishes_lattice_values_and_charges_the_lattice_channel():

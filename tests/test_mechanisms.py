@@ -238,7 +238,7 @@ def _run(mech, rng, n, design=None):
     return out
 
 
-@pytest.mark.parametrize("name", sorted(set(MECHANISMS) - {"dpzero", "dp-aggzo", "dpzero-aggzo1"}))  # DP: test_dp_baselines.py
+@pytest.mark.parametrize("name", sorted(set(MECHANISMS) - {"dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd"}))  # DP: test_dp_baselines.py, test_dpsgd.py
 def test_state_dict_round_trip_gives_identical_continuation(name):
     design = balanced_design(40, 8, rng=0)
     kwargs = {
@@ -352,7 +352,7 @@ def test_mezo_batches():
         (lambda: PacZPL(4, seed=0).release(np.array([1, 0, 1, -1])), "signs"),
         (lambda: PacZPL(4, seed=0).release(np.array([1, 1, -1])), "signs"),
         (lambda: PacZPL(4, seed=0).release_many(np.array([1, 1, -1, 1])), "signs"),
-        (lambda: build_mechanism("dp-sgd"), "unknown mechanism"),
+        (lambda: build_mechanism("sgd"), "unknown mechanism"),
         (lambda: build_mechanism("raw_half"), "design"),
         (lambda: build_mechanism("mezo", batch_size=0), "batch_size"),
     ],

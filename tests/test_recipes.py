@@ -423,16 +423,21 @@ def test_the_practitioner_table_starts_every_method_from_the_strong_prompt():
     for name in PRACTITIONER:
         method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
         by_method.setdefault(method, []).append(cpu_cfg(name).validate())
-    assert set(by_method) == {"lora-mezo", "lora-zpl", "lora-zpl-skip", "lora-mi0.001-pm", "lora-dpzero-eps2"}
+    assert set(by_method) == {"lora-mezo", "lora-zpl", "lora-zpl-skip", "lora-mi0.001-pm", "lora-dpzero-eps2",
+                              "lora-dpsgd-eps2"}
     for method, cfgs in by_method.items():
         assert len(cfgs) == 5, method
         rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
         assert len(rest) == 1, method
         c = cfgs[0]
         assert c.template == "Review: {sentence}\nSentiment:" and c.verbalizer == {0: " negative", 1: " positive"}
-        assert (c.dtype, c.mu, c.n_train, c.n_dev, c.n_test, c.heldout_attack) == ("bf16", 1e-2, 256, 100, 500, True)
+        assert (c.n_train, c.n_dev, c.n_test, c.heldout_attack) == (256, 100, 500, True)
+        assert (c.dtype, c.mu) == ("bf16", 1e-2) or (c.mechanism, c.dtype) == ("dp-sgd", "fp32")
         assert c.steps // c.eval_every == 5 and c.eval_zero_shot and c.dev_best, method
         if c.mechanism in ("pac-zpl", "pac-mi"):
             assert c.num_subsets == 128
     pac, dp = by_method["lora-zpl"][0], by_method["lora-dpzero-eps2"][0]
     assert dp.steps * 2 * dp.sample_rate * dp.n_train == pac.steps * 2 * pac.n_train and dp.epsilon == 2.0
+    sgd = by_method["lora-dpsgd-eps2"][0]  # a forward and a backward (two forwards' work) per sampled example
+    assert sgd.steps * sgd.sample_rate * sgd.n_train * 3 == pytest.approx(pac.steps * 2 * pac.n_train, rel=0.1)
+    assert (sgd.epsilon, sgd.delta) == (dp.epsilon, dp.delta)

@@ -42,6 +42,9 @@ task, track, N, dtype and device, in the same process:
 
 Optionally (``--world 2``) the step time of a data-parallel run with that many
 gloo/nccl processes on the same machine, and the speedup over one process.
+``--mechanism dp-sgd`` times a DP-SGD step against the zeroth-order step instead
+(:mod:`paczero.bench.first_order`).
+
 These are benchmarks, not tests: timings on a shared machine are noisy, which
 is why every figure of merit is a ratio measured within one run.
 
@@ -75,6 +78,10 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     from paczero.models import trainable_parameters
     from paczero.tasks.batching import model_device
 
+    if cfg.mechanism == "dp-sgd":  # the first-order step beside the zeroth-order one (paczero/bench/first_order.py)
+        from paczero.bench.first_order import measure_first_order
+
+        return measure_first_order(cfg, log)
     t = time.perf_counter()
     h = Harness(cfg)
     res: dict = {"config": asdict(cfg), "torch_threads": torch.get_num_threads()}
@@ -227,7 +234,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="full FT: a lock-step wave holds the + and - forwards of as many micro-batches as fit "
                         "in LOCKSTEP token budgets (at least one); they share each draw of z (0: off)")
     p.add_argument("--num-subsets", type=int, default=d.num_subsets, help="M")
-    p.add_argument("--mechanism", default=d.mechanism, choices=["pac-zpl", "pac-mi"])
+    p.add_argument("--mechanism", default=d.mechanism, choices=["pac-zpl", "pac-mi", "dp-sgd"],
+                   help="dp-sgd: a DP-SGD step against PAC-ZPL's on the same N rows, seconds and peak memory")
     p.add_argument("--mi-budget", type=float, default=d.mi_budget)
     p.add_argument("--steps", type=int, default=d.steps, help="timed steps (after one warm-up)")
     p.add_argument("--num-directions", type=int, default=d.num_directions, help="K")
@@ -278,7 +286,12 @@ def run(ns: argparse.Namespace) -> int:
             if ns.json_out:  # write as we go: a long run keeps what it measured
                 with open(ns.json_out, "w") as f:
                     json.dump(results, f, indent=1)
-    print(table(results))
+    if base.mechanism == "dp-sgd":
+        from paczero.bench.first_order import first_order_table
+
+        print(first_order_table(results))
+    else:
+        print(table(results))
     return 0
 
 

@@ -5,7 +5,7 @@ import gc
 from collections.abc import Callable
 from dataclasses import asdict
 
-from paczero.bench.harness import BenchConfig, Harness
+from paczero.bench.harness import BenchConfig, Harness, dpsgd_runner
 
 
 def _rss_peak_reset() -> bool:
@@ -93,6 +93,9 @@ def _memory_child(cfg_dict: dict, phase: str, live: bool = False) -> dict:
         if phase == "inference":
             for _ in range(2):
                 h.floor_pass()
+        elif phase == "dp-sgd":  # a DP-SGD step over the same rows (paczero/bench/first_order.py)
+            step = dpsgd_runner(h)
+            step(0), step(1)
         else:
             h.steps(cfg.num_subsets, 1)
 
@@ -111,7 +114,8 @@ def _memory_child(cfg_dict: dict, phase: str, live: bool = False) -> dict:
 
 
 def memory_phase(cfg: BenchConfig, phase: str, live: bool = False) -> dict:
-    """Peak memory of ``phase`` ("inference": two floor passes; "train": two ZO steps) in a fresh process
+    """Peak memory of ``phase`` ("inference": two floor passes; "train": two ZO steps; "dp-sgd": two DP-SGD steps
+    over the same rows) in a fresh process
     (``live``: of live tensor bytes, see :func:`live_peak_bytes`)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor

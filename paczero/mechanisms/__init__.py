@@ -13,6 +13,7 @@ from .pac import PacMI, PacZPL
 from .reference import MeZO, QuantFull, QuantHalf, RandomSign, RawFull, RawHalf
 
 from .dp import DPAggZO, DPZero, DPZeroAggZO1
+from .dpsgd import DPSGD
 
 #: config name -> mechanism class
 MECHANISMS: dict[str, type[Mechanism]] = {
@@ -28,6 +29,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "dpzero": DPZero,
     "dp-aggzo": DPAggZO,
     "dpzero-aggzo1": DPZeroAggZO1,
+    "dp-sgd": DPSGD,
 }
 
 
@@ -63,6 +65,7 @@ __all__ = [
     "DPZero",
     "DPAggZO",
     "DPZeroAggZO1",
+    "DPSGD",
     "MECHANISMS",
     "build_mechanism",
 ]

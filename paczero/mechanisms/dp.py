@@ -4,7 +4,8 @@ Both are ``(epsilon, delta)``-DP under add-or-remove-one adjacency, accounted
 with Google's dp-accounting (:mod:`paczero.privacy.dp`). Per step:
 
 1. ``batch_indices(N)`` draws a real Poisson sample: every example of the
-   universe joins independently with probability ``q`` (an empty batch is
+   universe joins independently with probability exactly ``q`` (the float ``q`` the
+   accountants analyse, as a rational: :func:`paczero.exact_noise.bernoulli_mask`; an empty batch is
    possible and is still a step: the engine must call ``step`` with a [K, 0]
    array, and the release is pure noise);
 2. ``step(scalars)`` clips each example's contribution to norm ``C``, rounds it
@@ -38,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from paczero.exact_noise import GRID_BITS, discrete_gaussian, discrete_laplace
+from paczero.exact_noise import GRID_BITS, bernoulli_mask, discrete_gaussian, discrete_laplace
 from paczero.mechanisms.base import Mechanism, Release
 from paczero.privacy import dp as dp_privacy
 from paczero.secure_random import generator_from_state, generator_state
@@ -182,7 +183,7 @@ class _PoissonGaussianMechanism(Mechanism):
             raise RuntimeError(
                 f"{self.name}: all {self.total_steps} calibrated steps are spent; more would exceed epsilon"
             )
-        mask = self._rng.random(self.num_examples) < self.sample_rate
+        mask = bernoulli_mask(self._rng, Fraction(self.sample_rate), self.num_examples)  # exactly q, no rounding
         indices = np.flatnonzero(mask).astype(np.int64)
         self._pending = int(indices.size)
         return indices

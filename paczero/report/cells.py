@@ -172,6 +172,8 @@ def method_label(cfg: dict) -> str:
         return f"DP-AggZO K={k} ε={cfg.get('epsilon'):g}"
     elif mech == "dpzero-aggzo1":
         return f"{DP_NAMES[mech]} K=1 ε={cfg.get('epsilon'):g}"
+    elif mech == "dp-sgd":
+        return f"DP-SGD ε={cfg.get('epsilon'):g}"
     elif mech == "mezo":
         label = "MeZO (non-private)"
     else:
@@ -180,7 +182,7 @@ def method_label(cfg: dict) -> str:
 
 
 #: the DP baselines' names in tables and plots
-DP_NAMES = {"dpzero": "DPZero", "dp-aggzo": "DP-AggZO", "dpzero-aggzo1": "DPZero (DP-AggZO code)"}
+DP_NAMES = {"dpzero": "DPZero", "dp-aggzo": "DP-AggZO", "dpzero-aggzo1": "DPZero (DP-AggZO code)", "dp-sgd": "DP-SGD"}
 
 
 def model_label(model: str) -> str:

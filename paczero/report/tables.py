@@ -156,8 +156,9 @@ def dp_by_epsilon(cells: list[Cell]) -> list[Cell]:
 
 
 def dp_in_words(cfg: dict) -> str:
-    """A DP cell as a headline names it: ``DPZero ε = 2`` (either DPZero code), ``DP-AggZO K = 4 ε = 2``."""
-    name = ("DPZero" if cfg["mechanism"] in ("dpzero", "dpzero-aggzo1")
+    """A DP cell as a headline names it: ``DPZero ε = 2`` (either DPZero code), ``DP-AggZO K = 4 ε = 2``,
+    ``DP-SGD ε = 2``."""
+    name = ("DPZero" if cfg["mechanism"] in ("dpzero", "dpzero-aggzo1") else "DP-SGD" if cfg["mechanism"] == "dp-sgd"
             else f"DP-AggZO K = {cfg.get('num_directions', 1)}")
     return f"{name} ε = {cfg['epsilon']:g}"
 

@@ -238,8 +238,9 @@ def token_logits(model, batch: Batch, token_ids: torch.Tensor) -> torch.Tensor:
     last hidden state times the embedding's rows for ``token_ids``, looked up
     *through the embedding module*, so a perturbed evaluation (``paczero.zo``)
     sees the perturbed rows and never forms, draws or multiplies the full
-    vocabulary. Any other model projects the last position through its own
-    forward and reads the columns.
+    vocabulary (with gradients on, as in a DP-SGD step, the rows are looked up once per
+    example, so per-example gradients are attributed to the example they belong to). Any
+    other model projects the last position through its own forward and reads the columns.
     """
     route = _rows_route(model)
     if route is None:
@@ -249,7 +250,11 @@ def token_logits(model, batch: Batch, token_ids: torch.Tensor) -> torch.Tensor:
     out = body(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                position_ids=batch.position_ids, use_cache=False)
     hidden = out.last_hidden_state[:, -1]  # [B, d]
-    rows = emb(token_ids.to(hidden.device)).to(hidden.device)  # [C, d] (a sharded model's hooks may move it)
+    ids = token_ids.to(hidden.device)
+    if torch.is_grad_enabled():  # a gradient step (DP-SGD): each example looks up its own rows, batch first, so
+        rows = emb(ids.expand(hidden.shape[0], -1))  # per-example gradient hooks (Opacus) see whose rows they are
+        return torch.einsum("bd,bcd->bc", hidden, rows).float()
+    rows = emb(ids).to(hidden.device)  # [C, d] (a sharded model's hooks may move it)
     return (hidden @ rows.t()).float()
 
 
