@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -716,3 +717,41 @@ def test_a_tuned_table_states_one_runs_attack_interval(tmp_path):
     md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
     line = next(x for x in md.splitlines() if "95 % interval" in x)
     assert f"±{0.04:.3f} to ±{0.05:.3f} (256 records of U against 500 held-out; over the 4 runs" in line, line
+
+
+def test_the_practitioner_table_gives_each_methods_gain_over_its_own_zero_shot(tmp_path):
+    """cpu-practitioner: the chosen cell's gain is each run's test figure minus the zero-shot figure of the same
+    run, averaged over its seeds (accuracy in points, loss), in domain and out of domain. Red if the gain
+    were taken against another run's zero-shot or the pooled zero-shot mean (seed 1's zero-shot differs here),
+    or if the table fell back to the plain tuned layout."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 20, "free_steps": 20, "unanimity_rate": 0.5}
+    # cell: {seed: (dev acc, test acc, test loss, zero-shot test acc, zero-shot test loss)}
+    grid = {"lora-zpl-skip-lr5e-3": {0: (0.93, 0.92, 0.30, 0.90, 0.33), 1: (0.9, 0.95, 0.25, 0.91, 0.31)},
+            "lora-zpl-skip-lr2e-3": {0: (0.91, 0.91, 0.32, 0.90, 0.33)}}
+    for cell, seeds in grid.items():
+        name = f"cpu-practitioner/{cell}"
+        recipe = load_yaml(recipes_root() / f"{name}.yaml")
+        for seed, (dev, test, loss, zs_acc, zs_loss) in seeds.items():
+            run = write_run(root, name, seed, test=test, dev=dev, privacy=zpl,
+                            **{**recipe, "data": str(tmp_path / "imdb.jsonl"), "data_seed": seed})
+            summary = json.loads((run / "summary.json").read_text())
+            summary["test"]["loss"] = loss
+            summary["ood_test"] = {"accuracy": test - 0.01, "loss": loss + 0.01}
+            summary["zero_shot"] = {"test": {"accuracy": zs_acc, "loss": zs_loss},
+                                    "ood_test": {"accuracy": zs_acc - 0.02, "loss": zs_loss + 0.02}, "dev": None}
+            (run / "summary.json").write_text(json.dumps(summary))
+    out = write_report(root, tmp_path / "report", trajectories="none")
+    md = (out / "report.md").read_text()
+    section = md[md.index("## cpu-practitioner"):]
+    assert "Gain acc (pts)" in section
+    row = next(line for line in section.splitlines() if line.startswith("| PAC-ZPL (coin steps skipped) | 0.005 |")
+               and "Gain" not in line)
+    cols = [c.strip() for c in row.strip("|").split("|")]
+    assert cols[4] == f"{(2.0 + 4.0) / 2:.2f} ± {statistics.stdev([2.0, 4.0]):.2f} (n=2)"  # 92-90, 95-91
+    assert cols[5].startswith(f"{(-0.03 - 0.06) / 2:.4f}")  # 0.30-0.33, 0.25-0.31
+    assert cols[6].startswith(f"{(3.0 + 5.0) / 2:.2f}")  # out of domain: 91-88, 94-89

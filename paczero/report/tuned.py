@@ -17,7 +17,8 @@ from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label
 from paczero.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
-TUNED_TABLES = ("cpu-tuned", "cpu-regime")  # the tables this layout reports
+TUNED_TABLES = ("cpu-tuned", "cpu-regime", "cpu-practitioner")  # the tables this layout reports
+GAIN_TABLES = ("cpu-practitioner",)  # these also give each method's gain over the zero-shot of its own runs
 
 
 def label(cfg: dict) -> str:
@@ -76,8 +77,47 @@ def _zero_shot_ood(cells: list[Cell]) -> tuple:
     return mean_std([statistics.fmean(v) for v in per_seed.values()])
 
 
+def gains(cell: Cell, split: str = "test") -> dict[str, tuple]:
+    """Each run's gain over the zero-shot of the same run (the base model on the same examples, from the same
+    prompt), over the cell's runs: accuracy in points, loss (negative: lower than zero-shot), as mean ± std, n."""
+    acc, loss = [], []
+    for r in cell.runs:
+        tuned, zero = r.summary.get(split) or {}, (r.summary.get("zero_shot") or {}).get(split) or {}
+        if tuned.get("accuracy") is not None and zero.get("accuracy") is not None:
+            acc.append(100.0 * (float(tuned["accuracy"]) - float(zero["accuracy"])))
+        if tuned.get("loss") is not None and zero.get("loss") is not None:
+            loss.append(float(tuned["loss"]) - float(zero["loss"]))
+    return {"accuracy": mean_std(acc), "loss": mean_std(loss)}
+
+
+def gain_table(cells: list[Cell]) -> str:
+    """The chosen cell of every method as gains over the strong zero-shot, in domain and out of domain."""
+    rows = [["zero-shot", "—", fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "0", "0", "0",
+             "none needed (reads no training data)", "—"] for _, st in zero_shot_stats(cells)]
+    for method, (c, _seed, _grid) in sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0])):
+        text, _mia = guarantee(c)
+        g, o = gains(c), gains(c, "ood_test")
+        rows.append([label(c.cfg), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
+                     fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
+                     fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), text,
+                     fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
+    note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
+            "prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss gains below 0 are "
+            "improvements. A gain within two standard deviations of 0 is not resolved.")
+    return "\n\n".join([note, markdown_table(
+        ["Method", "lr (chosen on dev)", "Test acc %", "Test loss", "Gain acc (pts)", "Gain loss",
+         "Gain acc, out-of-domain", "Gain loss, out-of-domain", "Guarantee", "Loss-attack AUC"], rows)])
+
+
 def tuned_table(cells: list[Cell]) -> str:
-    """The chosen cell of every method (its figures over seeds) beside zero-shot, then each method's grid."""
+    """The chosen cell of every method (its figures over seeds) beside zero-shot, then each method's grid; for a
+    table of :data:`GAIN_TABLES`, its gains over zero-shot first."""
+    if cells and cells[0].table in GAIN_TABLES:
+        return "\n\n".join([gain_table(cells), _tuned_table(cells)])
+    return _tuned_table(cells)
+
+
+def _tuned_table(cells: list[Cell]) -> str:
     chosen = choose(cells)
     rows = [["zero-shot", "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells)), "—",
              "none needed (reads no training data)", "0.5", "—"] for _, st in zero_shot_stats(cells)]
