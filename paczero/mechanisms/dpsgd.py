@@ -29,8 +29,7 @@ from typing import Any
 import numpy as np
 
 from paczero.mechanisms.base import Release
-from paczero.mechanisms.dp import _PoissonGaussianMechanism
-from paczero.privacy import dp as dp_privacy
+from paczero.mechanisms.dp import DPZero
 
 #: what the privacy statement says of the noise (docs/privacy.md, "Noise on a finite computer")
 FLOAT_NOISE = ("float Gaussian per gradient coordinate from the private SHAKE-256 stream (inverse CDF in float64, "
@@ -38,9 +37,10 @@ FLOAT_NOISE = ("float Gaussian per gradient coordinate from the private SHAKE-25
                "noise approximates (docs/privacy.md)")
 
 
-class DPSGD(_PoissonGaussianMechanism):
+class DPSGD(DPZero):
     """DP-SGD's privacy side: the Poisson sample, the calibrated noise multiplier, the gradient noise and the
-    statement. The clipping and the update are the engine's (:func:`paczero.fo.dpsgd_step.dpsgd_step`).
+    statement. The clipping and the update are the engine's (:func:`paczero.fo.dpsgd_step.dpsgd_step`). Its
+    accounting is DPZero's (T Poisson-subsampled Gaussian steps of sensitivity C), and so are its arguments.
 
     ``public_size``: the N of the normaliser ``q * N`` (the configured ``n_train``: the true universe size
     is private under add-or-remove adjacency). Default: ``num_examples``.
@@ -48,39 +48,10 @@ class DPSGD(_PoissonGaussianMechanism):
 
     name = "dp-sgd"
 
-    def __init__(
-        self,
-        num_examples: int,
-        epsilon: float,
-        delta: float,
-        steps: int,
-        sample_rate: float,
-        clip: float,
-        *,
-        accountant: str = "rdp",
-        seed: int | np.random.Generator | None = None,
-        public_size: int | None = None,
-    ) -> None:
-        super().__init__(num_examples, epsilon, delta, steps, sample_rate, clip, 1, accountant, seed)
-        if public_size is not None and (isinstance(public_size, bool) or int(public_size) != public_size
-                                        or public_size < 1):
-            raise ValueError(f"public_size must be a positive integer, got {public_size!r}")
-        self.public_size = None if public_size is None else int(public_size)
-
-    def _calibrate(self) -> float:
-        return dp_privacy.calibrate_noise_multiplier(
-            self.epsilon, self.delta, self.sample_rate, self.total_steps, self.accountant)
-
-    def _denominator(self) -> float:
-        return self.sample_rate * (self.num_examples if self.public_size is None else self.public_size)
-
     @property
     def denominator(self) -> float:
         """What the noisy gradient sum is divided by: the expected batch size ``q * n_train`` (public)."""
         return self._denominator()
-
-    def _epsilon(self, steps: int, accountant: str) -> float:
-        return dp_privacy.dpzero_epsilon(self.noise_multiplier, self.sample_rate, steps, self.delta, accountant)
 
     def step(self, scalars: np.ndarray) -> list[Release]:
         raise TypeError("dp-sgd releases a noisy gradient, not per-direction scalars: "
