@@ -25,14 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable,
+from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, near_chance,
                            small_splits_note, split_sizes, step_batches, trainable_state)
+from paczero.tasks.prompts import prompt_line
 from paczero import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
                                 save_weights, set_times)
 from paczero.curves import write_run_curves
 from paczero.step_record import step_record
-from paczero.config import DP_MECHANISMS, TrainConfig
+from paczero.config import AUTO, DP_MECHANISMS, TrainConfig
 from paczero.journal import Journal, check_resumed_config, recorded_data
 from paczero.publish import make_stage, publish, working_dir
 from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
@@ -110,6 +111,8 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
     if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
         cfg = cfg.replace(data=_resolved(cfg.data))
     cfg = fit_to_machine(cfg)  # dtype auto and an unset mu resolved (and recorded); torch's threads
+    if cfg.resume and cfg.template == AUTO:
+        cfg = _recorded_choice(cfg)  # the prompt the run chose on dev, not a new choice
     ranks = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     lock = None
     try:
@@ -123,6 +126,20 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
         if lock is not None:
             lock.release()
         ranks.close()  # leave the process group this call joined: a process exiting in it may abort
+
+
+def _recorded_choice(cfg: TrainConfig) -> TrainConfig:
+    """A resumed run begun with template auto goes on with the prompt it chose (run.json ``prompt``); a folder
+    without such a record leaves the config as it is (the resume then names what differs, or what is missing)."""
+    from paczero.checkpoint import run_record
+
+    try:
+        prompt = json.loads(run_record(Path(cfg.out_dir).expanduser()).read_text()).get("prompt") or {}
+    except (OSError, ValueError, AttributeError):
+        return cfg
+    if prompt.get("source") != "auto":
+        return cfg
+    return cfg.replace(template=prompt["template"], verbalizer={int(k): v for k, v in prompt["verbalizer"].items()})
 
 
 def _resolved(path: str) -> str:
@@ -165,6 +182,7 @@ def _train(cfg: TrainConfig, ranks, out_dir: Path, log, given: Given | None = No
     in its private stage and publishes into ``out_dir`` at the end (paczero/publish.py)."""
     run_dir = working_dir(cfg, out_dir)
     run, resumed = _set_up(cfg, ranks, run_dir, log, given)  # model, data, directions, mechanism
+    cfg = run.cfg  # template auto: with the prompt chosen on dev
     run.out_dir = out_dir
     if resumed is not None:
         resume.restore(run, resumed)  # weights, mechanism state, log and evals at the resume point
@@ -221,6 +239,12 @@ class Run:
             self.zero_shot["ood_test"] = evaluate(setup, setup.ood_enc)
         self.log(f"zero-shot: dev {_fmt(self.zero_shot['dev'])} | test {_fmt(self.zero_shot['test'])}"
                  + (f" | ood test {_fmt(self.zero_shot['ood_test'])}" if setup.ood_enc is not None else ""))
+        if near_chance(setup, self.zero_shot["dev"]):
+            self.log(near_chance(setup, self.zero_shot["dev"]))
+        metric = selection_metric(self.cfg, setup.task)
+        if self.cfg.dev_best and (self.best is None or _better(self.zero_shot["dev"], self.best["dev"], metric)):
+            self.best = {"step": 0, "dev": self.zero_shot["dev"]}  # the weights before training are a candidate
+            _save_best(self.run_dir, self.params)
 
     def evaluate_due(self, done: int, recorded: set | frozenset = frozenset()) -> dict | None:
         """Evaluate on dev after ``done`` steps where due (unless ``recorded`` holds that step's evaluation
@@ -254,9 +278,15 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     from paczero.zo import Perturber
 
     t_setup = time.time()
-    setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None, given)
+    recorded = recorded_data(run_dir) if cfg.resume else None
+    setup, fingerprint = build_together(cfg, ranks, recorded, given)
+    if recorded is not None and recorded.get("prompt"):  # how the run's prompt was chosen (template auto)
+        setup.prompt = recorded["prompt"]
     if small_splits_note(setup):  # dev or test under 50 rows: said once
         log(small_splits_note(setup))
+    if setup.prompt is not None:  # classification: the prompt and the answer words it scores, said once
+        log(prompt_line(setup.prompt))
+    cfg = setup.cfg  # template auto: the chosen prompt
     params = trainable_parameters(setup.model, cfg.track)
     perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches,
                           token_budget=cfg.token_budget)
@@ -281,7 +311,8 @@ def _begin(run: Run) -> None:
     public_data = {} if _private_batches(cfg) else {"universe_size": run.n, "data_fingerprint": run.fingerprint}
     atomic_json(run.run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
                                            "secret_source": secret_source(cfg, _claims_privacy(run.mechanism)),
-                                           "directions": run.perturber.directions, **_in_memory(run.setup)})
+                                           "directions": run.perturber.directions, **_in_memory(run.setup),
+                                           **_prompt(run.setup)})
 
 
 def _loop(run: Run) -> tuple[int, bool]:
@@ -387,6 +418,11 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     statement["secret_source"] = secret_source(cfg, statement.get("private") is not False)
     statement["dev_best_selection"] = ("post-processing: selection reads only dev metrics and costs no privacy"
                                        if cfg.dev_best else "off (final weights)")
+    if selected_step == 0:
+        statement["released"] = "the weights before training (step 0): public, no release of the run enters them"
+    if (setup.prompt or {}).get("source") == "auto":
+        statement["prompt_selection"] = (f"template auto: the prompt chosen among {len(setup.prompt['candidates'])} "
+                                         "candidates by their zero-shot dev loss (dev only; no cost to the guarantee)")
     if cfg.rungs:
         statement["rungs"] = rungs_privacy(cfg)
     summary = {
@@ -394,6 +430,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         **_in_memory(setup),
         "metric": setup.task.metric,
         "select_metric": selection_metric(cfg, setup.task) if cfg.dev_best else None,  # what chose selected_step
+        **_prompt(setup),
         "zero_shot": zero_shot,
         "final_dev": final_dev,
         "selected_step": selected_step,
@@ -420,8 +457,18 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     if zero_shot:
         log(f"zero-shot  test {_fmt(zero_shot['test'])}")
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
+    if selected_step == 0:
+        log("no trained step beat the base model on dev: the run released the weights before training (step 0"
+            + (", the LoRA adapter at initialisation, whose B = 0 leaves the base model's outputs" if cfg.track == "lora"
+               else ", the base model") + "); a lower lr or more steps may do better (docs/outputs.md, selected_step)")
     log(summary["privacy_text"])
     return summary
+
+
+def _prompt(setup: Setup) -> dict:
+    """run.json's and summary.json's ``prompt`` (classification): the template and answer words the run scores,
+    where they came from, and template auto's candidates with their zero-shot dev metrics."""
+    return {"prompt": setup.prompt} if setup.prompt is not None else {}
 
 
 def _in_memory(setup: Setup) -> dict:

@@ -18,7 +18,8 @@ from paczero.train import train
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "use_released_model.py"
 LABELS = ["negative", "positive"]  # not the default verbalizer: a release without them scores other words
 RUN = dict(model="tiny-opt", task="demo", n_train=32, n_dev=16, n_test=40, steps=6, eval_every=3, checkpoint_every=3,
-           num_subsets=4, private_seed=3, progress=False, labels=LABELS, dev_best=False)
+           num_subsets=4, private_seed=3, progress=False, labels=LABELS, verbalizer={0: " negative", 1: " positive"},
+           dev_best=False)
 LR = {"lora": 0.2, "ft": 0.01}  # large enough that the fine-tuned test accuracy differs from the zero-shot one
 SMALL = {**RUN, "n_train": 8, "n_dev": 4, "n_test": 4, "steps": 2, "eval_every": 2, "checkpoint_every": 2}
 
