@@ -147,7 +147,7 @@ class PACZeroTrainer:
 
 #: `paczero train`'s words in a message, and this API's (the first match of each place wins)
 _API_WORDS = [
-    (r"--columns \w+=\w+ \(Python: (columns=\{[^}]*\})\)", r"\1"),
+    (r"--columns [\w=,]+ \(Python: (columns=\{[^}]*\})\)", r"\1"),
     (r"--labels \(e\.g\. --labels ([\w-]+(?:,[\w-]+)*)\)",
      lambda m: "labels=[...] (e.g. labels=" + repr(m.group(1).split(",")) + ")"),
     (r"continue with --resume", RESUME_WORDS),

@@ -38,8 +38,8 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
         values = record["config"]
         values.update(overrides)
         values.update(resume=False, overwrite=False)
-        if "data" in overrides and "columns" not in overrides:
-            values["columns"] = None  # the run's column names belong to the run's file
+        if "data" in overrides and "columns" not in overrides:  # the run's names, where the file has those columns
+            values["columns"] = same_columns(overrides["data"], record["config"].get("columns"))
         cfg = TrainConfig.from_dict(values).validate()
     else:
         if path.is_dir() and not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
@@ -89,3 +89,17 @@ def _whole_file(cfg: TrainConfig) -> tuple[list, list, list]:
     _, _, rows = load_splits(cfg.task, source=cfg.data, n_train=0, n_dev=0, columns=cfg.columns,
                              n_test=None if has_split else len(records), labels=cfg.labels, classes=classes_of(cfg))
     return [], [], rows
+
+
+def same_columns(data: str, columns: dict | None) -> dict | None:
+    """A run's column mapping for another file (``paczero eval --data FILE``) where that file holds every column
+    the mapping names; else None (the task's own field names, and a missing one gets its --columns hint)."""
+    from paczero.tasks.data import read_records
+
+    if not columns:
+        return None
+    try:
+        records = read_records(Path(data).expanduser())
+    except ValueError:
+        return None  # the evaluation reads it again and says what is wrong
+    return dict(columns) if records and set(columns.values()) <= set(records[0]) else None

@@ -343,8 +343,10 @@ def released_config(model_dir: Path, overrides: dict[str, Any]) -> TrainConfig:
             raise ConfigError(f"the model was trained on {task.get('data')}, which the release does not carry: "
                               "give --data FILE")
         values.update(data=run["data"], columns=run.get("columns"))
-    if "data" in overrides and "columns" not in overrides:
-        values["columns"] = None  # the run's column names belong to the run's file
+    if "data" in overrides and "columns" not in overrides:  # the run's names, where the file has those columns
+        from paczero.evaluate import same_columns
+
+        values["columns"] = same_columns(overrides["data"], run.get("columns"))
     values.update(overrides)
     values.update(model=model, track="ft", eval_zero_shot=False)  # track ft: the base as it is, no new adapter
     return TrainConfig.from_dict(values, source=str(model_dir / TASK_FILE)).validate()
