@@ -15,7 +15,9 @@ examples::
 The file is CSV, TSV, JSON lines or a JSON list of examples with the template's fields (``sentence``)
 and a ``label``: its integer, or its name when ``task.json`` names the labels; ``--columns`` maps them
 to the file's columns as paczero's ``--columns`` does. Where the file has a ``split`` column, its test
-rows are scored, as ``paczero eval --data`` scores them. A LoRA adapter's base model is
+rows are scored, as ``paczero eval --data`` scores them. In fp32 the predictions are paczero's; in bf16 the
+option scores are rounded to bf16 (steps of 1/16 at logits near 10) on both sides, each by its own
+arithmetic, so an example whose two options score within a step of each other may fall the other way. A LoRA adapter's base model is
 the local copy paczero made when it trained offline (``~/.cache/paczero/<model>``, e.g. the offline
 SmolLM2-135M-Instruct) where this machine has one, else the hub id ``task.json`` names (``base_model``);
 ``--base-model`` loads it from elsewhere (where ``base_model`` is no hub id, ``base_model_note`` says
