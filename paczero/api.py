@@ -158,7 +158,11 @@ _API_WORDS = [
     (r"--data (PATH|FILE)\b", r"data=\1 (or train_dataset=...)"),
     (r"--labels\b", "labels=[...]"),
     (r"--columns\b", "columns={...}"),
+    (r"--verbalizer \(e\.g\. ((?:\d+=[^,)]*,?)+)\)",
+     lambda m: "verbalizer={...} (e.g. verbalizer=" + repr({int(k): v for k, v in
+                                                          (p.split("=", 1) for p in m.group(1).split(","))}) + ")"),
     (r"--verbalizer\b", "verbalizer={...}"),
+    (r"--template auto\b", "template='auto'"),
     (r"--n-(train|dev|test)\b", r"n_\1"),
 ]
 

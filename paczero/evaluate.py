@@ -23,6 +23,7 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
     from paczero.checkpoint import load_latest_checkpoint
     from paczero.models import trainable_parameters
     from paczero.build import build, evaluate, load_trainable, refuse_in_memory
+    from paczero.tasks.data import same_columns
 
     overrides = dict(overrides or {})
     path = Path(target).expanduser()
@@ -90,16 +91,3 @@ def _whole_file(cfg: TrainConfig) -> tuple[list, list, list]:
                              n_test=None if has_split else len(records), labels=cfg.labels, classes=classes_of(cfg))
     return [], [], rows
 
-
-def same_columns(data: str, columns: dict | None) -> dict | None:
-    """A run's column mapping for another file (``paczero eval --data FILE``) where that file holds every column
-    the mapping names; else None (the task's own field names, and a missing one gets its --columns hint)."""
-    from paczero.tasks.data import read_records
-
-    if not columns:
-        return None
-    try:
-        records = read_records(Path(data).expanduser())
-    except ValueError:
-        return None  # the evaluation reads it again and says what is wrong
-    return dict(columns) if records and set(columns.values()) <= set(records[0]) else None

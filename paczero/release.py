@@ -344,7 +344,7 @@ def released_config(model_dir: Path, overrides: dict[str, Any]) -> TrainConfig:
                               "give --data FILE")
         values.update(data=run["data"], columns=run.get("columns"))
     if "data" in overrides and "columns" not in overrides:  # the run's names, where the file has those columns
-        from paczero.evaluate import same_columns
+        from paczero.tasks.data import same_columns
 
         values["columns"] = same_columns(overrides["data"], run.get("columns"))
     values.update(overrides)

@@ -22,7 +22,7 @@ from typing import Any
 
 from paczero.build import load_trainable
 from paczero.checkpoint import atomic_json, load_latest_checkpoint
-from paczero.config import ConfigError
+from paczero.config import ConfigError, TrainConfig
 from paczero.journal import ResumePoint, read_jsonl, resume_point
 
 _log = logging.getLogger(__name__)  # warnings: on stderr (the CLI prints them as "paczero: warning: ...")
@@ -153,3 +153,17 @@ def _best_from_evals(path: Path, upto: int, zero_shot: dict | None = None) -> di
         return base
     dev = next((r["dev"] for r in records if r["step"] == step), None)
     return None if dev is None else {"step": step, "dev": dev}
+
+
+def recorded_choice(cfg: TrainConfig) -> TrainConfig:
+    """A resumed run begun with template auto goes on with the prompt it chose (run.json ``prompt``); a folder
+    without such a record leaves the config as it is (the resume then names what differs, or what is missing)."""
+    from paczero.checkpoint import run_record
+
+    try:
+        prompt = json.loads(run_record(Path(cfg.out_dir).expanduser()).read_text()).get("prompt") or {}
+    except (OSError, ValueError, AttributeError):
+        return cfg
+    if prompt.get("source") != "auto":
+        return cfg
+    return cfg.replace(template=prompt["template"], verbalizer={int(k): v for k, v in prompt["verbalizer"].items()})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from paczero.build import (Given, Setup, build_together, environment, evaluate, 
 from paczero.tasks.prompts import prompt_line
 from paczero import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
-                                save_weights, set_times)
+                                set_times)
 from paczero.curves import write_run_curves
 from paczero.step_record import step_record
 from paczero.config import AUTO, DP_MECHANISMS, TrainConfig
@@ -40,6 +39,7 @@ from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
 from paczero.stop import StopRequest
 from paczero.trackers import check_report_to, open_tracker
 from paczero.release import write_release
+from paczero.selection import base_released_line, better, recorded_dev, save_best, save_selected, selection_metric
 from paczero.statement import privacy_statement_text, secret_source
 
 _log = logging.getLogger(__name__)  # warnings: on stderr (the CLI prints them as "paczero: warning: ...")
@@ -112,7 +112,7 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
         cfg = cfg.replace(data=_resolved(cfg.data))
     cfg = fit_to_machine(cfg)  # dtype auto and an unset mu resolved (and recorded); torch's threads
     if cfg.resume and cfg.template == AUTO:
-        cfg = _recorded_choice(cfg)  # the prompt the run chose on dev, not a new choice
+        cfg = resume.recorded_choice(cfg)  # the prompt the run chose on dev, not a new choice
     ranks = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     lock = None
     try:
@@ -126,20 +126,6 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
         if lock is not None:
             lock.release()
         ranks.close()  # leave the process group this call joined: a process exiting in it may abort
-
-
-def _recorded_choice(cfg: TrainConfig) -> TrainConfig:
-    """A resumed run begun with template auto goes on with the prompt it chose (run.json ``prompt``); a folder
-    without such a record leaves the config as it is (the resume then names what differs, or what is missing)."""
-    from paczero.checkpoint import run_record
-
-    try:
-        prompt = json.loads(run_record(Path(cfg.out_dir).expanduser()).read_text()).get("prompt") or {}
-    except (OSError, ValueError, AttributeError):
-        return cfg
-    if prompt.get("source") != "auto":
-        return cfg
-    return cfg.replace(template=prompt["template"], verbalizer={int(k): v for k, v in prompt["verbalizer"].items()})
 
 
 def _resolved(path: str) -> str:
@@ -242,9 +228,9 @@ class Run:
         if near_chance(setup, self.zero_shot["dev"]):
             self.log(near_chance(setup, self.zero_shot["dev"]))
         metric = selection_metric(self.cfg, setup.task)
-        if self.cfg.dev_best and (self.best is None or _better(self.zero_shot["dev"], self.best["dev"], metric)):
+        if self.cfg.dev_best and (self.best is None or better(self.zero_shot["dev"], self.best["dev"], metric)):
             self.best = {"step": 0, "dev": self.zero_shot["dev"]}  # the weights before training are a candidate
-            _save_best(self.run_dir, self.params)
+            save_best(self.run_dir, self.params)
 
     def evaluate_due(self, done: int, recorded: set | frozenset = frozenset()) -> dict | None:
         """Evaluate on dev after ``done`` steps where due (unless ``recorded`` holds that step's evaluation
@@ -253,10 +239,10 @@ class Run:
         if not (done % cfg.eval_every == 0 or done == cfg.steps or self.ladder.due(done)) or done in recorded:
             return None
         dev = evaluate(self.setup, self.setup.dev_enc)
-        improved = self.best is None or _better(dev, self.best["dev"], selection_metric(cfg, self.setup.task))
+        improved = self.best is None or better(dev, self.best["dev"], selection_metric(cfg, self.setup.task))
         if improved and cfg.dev_best:
             self.best = {"step": done, "dev": dev}
-            _save_best(self.run_dir, self.params)
+            save_best(self.run_dir, self.params)
         with open(self.run_dir / "evals.jsonl", "a") as f:
             f.write(json.dumps({"step": done, "dev": dev, "best_step": self.best["step"] if self.best else None})
                     + "\n")
@@ -401,7 +387,7 @@ def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
     """Evaluate the dev-best (or final) weights on test, save the model, write summary.json."""
     cfg = setup.cfg
-    final_dev = _recorded_dev(run_dir / "evals.jsonl", cfg.steps)  # the loop evaluated the final weights
+    final_dev = recorded_dev(run_dir / "evals.jsonl", cfg.steps)  # the loop evaluated the final weights
     if final_dev is None:
         final_dev = evaluate(setup, setup.dev_enc)
     selected_step = cfg.steps
@@ -411,7 +397,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
 
         load_trainable(params, load_file(str(run_dir / "best" / "weights.safetensors")))
         selected_step = best["step"]
-    _save_weights(run_dir / "selected.safetensors", params)
+    save_selected(run_dir / "selected.safetensors", params)
     test = evaluate(setup, setup.test_enc)
     dev = best["dev"] if (cfg.dev_best and best is not None) else final_dev
     statement = mechanism.privacy_statement()
@@ -458,9 +444,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         log(f"zero-shot  test {_fmt(zero_shot['test'])}")
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
     if selected_step == 0:
-        log("no trained step beat the base model on dev: the run released the weights before training (step 0"
-            + (", the LoRA adapter at initialisation, whose B = 0 leaves the base model's outputs" if cfg.track == "lora"
-               else ", the base model") + "); a lower lr or more steps may do better (docs/outputs.md, selected_step)")
+        log(base_released_line(cfg.track))
     log(summary["privacy_text"])
     return summary
 
@@ -476,47 +460,6 @@ def _in_memory(setup: Setup) -> dict:
     then names the model object's ``name_or_path``)."""
     return {**({"in_memory": list(setup.in_memory)} if setup.in_memory else {}),
             **({"data_use": setup.data_use} if setup.data_use else {})}
-
-
-def _recorded_dev(path: Path, step: int) -> dict | None:
-    """The dev metrics evals.jsonl holds for ``step`` (None if it holds none)."""
-    if not path.exists():
-        return None
-    found = None
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("step") == step:
-            found = record.get("dev")
-    return found
-
-
-def _save_best(run_dir: Path, params) -> None:
-    (run_dir / "best").mkdir(exist_ok=True)
-    _save_weights(run_dir / "best" / "weights.safetensors", params)
-
-
-def _save_weights(path: Path, params) -> None:
-    """Trainable weights to a safetensors file, atomically, readable as any new file is."""
-    save_weights(path, trainable_state(params))
-
-
-def selection_metric(cfg: TrainConfig, task) -> str:
-    """The dev metric that dev-best selection reads: ``select_metric``, else the task's own metric."""
-    return cfg.select_metric or task.metric
-
-
-def _better(dev: dict, ref: dict, metric: str) -> bool:
-    """Whether ``dev`` beats the best so far ``ref``: the lower loss (``metric`` "loss"; a tie keeps the
-    earlier), else the higher ``metric`` (a tie goes to the lower loss, then to the earlier)."""
-    if metric == "loss":
-        return dev.get("loss", math.inf) < ref.get("loss", math.inf)
-    a, b = dev.get(metric, -math.inf), ref.get(metric, -math.inf)
-    if a != b:
-        return a > b
-    return dev.get("loss", math.inf) < ref.get("loss", math.inf)
 
 
 def _private_batches(cfg: TrainConfig) -> bool:

@@ -150,3 +150,18 @@ def test_a_resumed_auto_run_keeps_its_choice(tmp_path, monkeypatch, capsys):
     assert main(args[:args.index("--steps") + 1] + ["4"] + args[args.index("--steps") + 2:] + ["--resume"]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["prompt"] == chosen and summary["config"]["template"] == chosen["template"]
+
+
+def test_the_api_asks_for_answer_words_in_its_own_words(tmp_path):
+    """PACZeroTrainer(labels=[three names]) without a verbalizer: one ConfigError line naming verbalizer={...}
+    as a Python dict and template='auto', no command-line flag. Red if the API message names --verbalizer."""
+    from paczero import PACZeroTrainer
+    from paczero.config import ConfigError
+
+    rows = [{"sentence": f"row {i}", "label": ["bad", "meh", "good"][i % 3]} for i in range(30)]
+    with pytest.raises(ConfigError) as info:
+        PACZeroTrainer(train_dataset=rows, task="sst2", labels=["bad", "meh", "good"], config={"model": "tiny-llama"},
+                       out_dir=str(tmp_path / "x")).train()
+    text = str(info.value)
+    assert "verbalizer={0: ' bad', 1: ' meh', 2: ' good'}" in text and "template='auto'" in text, text
+    assert "--" not in text and "\n" not in text

@@ -229,6 +229,18 @@ def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None, classes=
     return {"n_train": len(train), "n_dev": len(dev), "n_test": len(test)}
 
 
+def same_columns(data: str | Path, columns: Mapping[str, str] | None) -> dict | None:
+    """A run's column mapping for another file (``paczero eval --data FILE``) where that file holds every column
+    the mapping names; else None (the task's own field names, and a missing one gets its --columns hint)."""
+    if not columns:
+        return None
+    try:
+        records = read_records(Path(data).expanduser())
+    except ValueError:
+        return None  # the evaluation reads it again and says what is wrong
+    return dict(columns) if records and set(columns.values()) <= set(records[0]) else None
+
+
 def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
     return split_records(task, read_records(path), str(path), n_train, n_dev, n_test, seed, columns, labels, classes)
 
