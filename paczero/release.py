@@ -187,16 +187,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
               *(["lora"] if lora else [])],
         model_name=title if results else None, eval_results=results)
 
-    def score(split: dict | None) -> str:
-        return "n/a" if not split or split.get(metric) is None else f"{split[metric]:.4f}"
-
-    step = summary.get("selected_step")
-    released = ("released: the weights before training (step 0), as no trained step beat them on dev" if step == 0
-                else f"fine-tuned (weights of step {step})")
-    rows = [f"| {released} | {score(summary.get('dev'))} | {score(summary.get('test'))} |"]
-    if summary.get("zero_shot"):
-        rows.insert(0, f"| zero-shot {shown} | {score(summary['zero_shot'].get('dev'))} | "
-                       f"{score(summary['zero_shot'].get('test'))} |")
+    rows = _metric_rows(summary, metric, shown)
     license_line = ([] if _license(base)["license"] != "other" else
                     ["- License: the base model's license applies; set `license` in this card's metadata to it "
                      "before publishing."])
@@ -227,6 +218,21 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         "",
     ]
     return str(ModelCard(f"---\n{data_card.to_yaml()}\n---\n\n" + "\n".join(body)))
+
+
+def _metric_rows(summary: dict, metric: str, shown: str) -> list[str]:
+    """The card's table rows: the zero-shot base model (if evaluated) and the released weights, dev and test."""
+    def score(split: dict | None) -> str:
+        return "n/a" if not split or split.get(metric) is None else f"{split[metric]:.4f}"
+
+    step = summary.get("selected_step")
+    released = ("released: the weights before training (step 0), as no trained step beat them on dev" if step == 0
+                else f"fine-tuned (weights of step {step})")
+    rows = [f"| {released} | {score(summary.get('dev'))} | {score(summary.get('test'))} |"]
+    if summary.get("zero_shot"):
+        rows.insert(0, f"| zero-shot {shown} | {score(summary['zero_shot'].get('dev'))} | "
+                       f"{score(summary['zero_shot'].get('test'))} |")
+    return rows
 
 
 def _prompt_lines(prompt: dict | None) -> list[str]:
