@@ -165,3 +165,18 @@ def test_the_api_asks_for_answer_words_in_its_own_words(tmp_path):
     text = str(info.value)
     assert "verbalizer={0: ' bad', 1: ' meh', 2: ' good'}" in text and "template='auto'" in text, text
     assert "--" not in text and "\n" not in text
+
+
+def test_a_zero_shot_dev_accuracy_near_chance_is_said():
+    """Two classes, 40 dev rows: 0.55 is within reach of chance (0.5 + max(0.1, 1/sqrt(40))) and gets a line
+    naming --template auto; 0.80 does not; a task without a prompt (not classification) never does. Red if
+    the line is missing or said of every run."""
+    from types import SimpleNamespace
+
+    from paczero.build import near_chance
+
+    setup = SimpleNamespace(prompt={"template": "t"}, task=SimpleNamespace(num_classes=2), dev_enc=[0] * 40)
+    assert "near chance (0.50)" in near_chance(setup, {"accuracy": 0.55}) and "--template auto" in near_chance(
+        setup, {"accuracy": 0.55})
+    assert near_chance(setup, {"accuracy": 0.80}) is None
+    assert near_chance(SimpleNamespace(prompt=None, task=None, dev_enc=[0] * 40), {"loss": 1.0}) is None
