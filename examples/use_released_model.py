@@ -10,10 +10,14 @@ examples::
 
     python examples/use_released_model.py runs/mine/model heldout.jsonl
     python examples/use_released_model.py runs/mine/model heldout.jsonl --base-model path/to/base
-    python examples/use_released_model.py runs/mine/model reviews.jsonl --columns sentence=text
+    python examples/use_released_model.py runs/mine/model reviews.csv --columns sentence=review,label=sentiment
 
-The file is JSON lines (or a JSON list) of examples with the template's fields (``sentence``) and a
-``label``: its integer, or its name when ``task.json`` names the labels. A LoRA adapter's base model is
+The file is CSV, TSV, JSON lines or a JSON list of examples with the template's fields (``sentence``)
+and a ``label``: its integer, or its name when ``task.json`` names the labels; ``--columns`` maps them
+to the file's columns as paczero's ``--columns`` does. Where the file has a ``split`` column, its test
+rows are scored, as ``paczero eval --data`` scores them. In fp32 the predictions are paczero's; in bf16 the
+option scores are rounded to bf16 (steps of 1/16 at logits near 10) on both sides, each by its own
+arithmetic, so an example whose two options score within a step of each other may fall the other way. A LoRA adapter's base model is
 the local copy paczero made when it trained offline (``~/.cache/paczero/<model>``, e.g. the offline
 SmolLM2-135M-Instruct) where this machine has one, else the hub id ``task.json`` names (``base_model``);
 ``--base-model`` loads it from elsewhere (where ``base_model`` is no hub id, ``base_model_note`` says
@@ -22,6 +26,7 @@ what the base was).
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 from pathlib import Path
@@ -101,7 +106,7 @@ def label_of(task: dict, value) -> int:
     names = task.get("labels") or []
     if isinstance(value, str) and value.strip() in names:
         return names.index(value.strip())
-    return int(value)
+    return int(float(value))  # a CSV cell holds text: "1", or "1.0"
 
 
 def accuracy(model, tokenizer, task: dict, examples: list[dict], token_budget: int = 2048) -> float:
@@ -126,16 +131,35 @@ def accuracy(model, tokenizer, task: dict, examples: list[dict], token_budget: i
 
 
 def read_examples(path: str | Path) -> list[dict]:
-    text = Path(path).read_text()
-    return json.loads(text) if text.lstrip().startswith("[") else [json.loads(line) for line in text.splitlines()
-                                                                      if line.strip()]
+    """The rows of a ``.csv``/``.tsv`` file (a header row; a UTF-8 byte-order mark allowed), a JSON-lines file, or
+    a ``.json`` list (or ``{"data": [...]}``), as paczero reads them; where the rows have a ``split`` column, only
+    its test rows (else its validation rows), the rows ``paczero eval --data`` scores."""
+    path = Path(path)
+    if path.suffix.lower() in (".csv", ".tsv"):
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
+    else:
+        text = path.read_text(encoding="utf-8-sig")
+        try:
+            rows = json.loads(text) if path.suffix.lower() == ".json" else None
+        except json.JSONDecodeError:  # JSON lines under a .json name
+            rows = None
+        if isinstance(rows, dict):
+            rows = rows.get("data")
+        if rows is None:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if rows and "split" in rows[0]:
+        names = [str(row.get("split", "")).strip().lower() for row in rows]
+        keep = "test" if "test" in names else next((s for s in ("dev", "validation", "valid", "val") if s in names), None)
+        rows = [row for row, name in zip(rows, names) if name == keep]
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", help="a released folder: RUN/model, or a local copy of its hub repository")
-    parser.add_argument("data", help="labelled examples: JSON lines (or a JSON list) with the template's fields "
-                        "and label")
+    parser.add_argument("data", help="labelled examples: CSV, TSV, JSON lines or a JSON list, with the template's "
+                        "fields and label (a split column: its test rows)")
     parser.add_argument("--base-model", help="a LoRA adapter's base model (default: task.json's base_model)")
     parser.add_argument("--columns", default="", help="the file's columns for the template's fields, e.g. "
                         "sentence=text (as paczero's --columns)")

@@ -147,7 +147,7 @@ class PACZeroTrainer:
 
 #: `paczero train`'s words in a message, and this API's (the first match of each place wins)
 _API_WORDS = [
-    (r"--columns \w+=\w+ \(Python: (columns=\{[^}]*\})\)", r"\1"),
+    (r"--columns [\w=,]+ \(Python: (columns=\{[^}]*\})\)", r"\1"),
     (r"--labels \(e\.g\. --labels ([\w-]+(?:,[\w-]+)*)\)",
      lambda m: "labels=[...] (e.g. labels=" + repr(m.group(1).split(",")) + ")"),
     (r"continue with --resume", RESUME_WORDS),
@@ -158,7 +158,11 @@ _API_WORDS = [
     (r"--data (PATH|FILE)\b", r"data=\1 (or train_dataset=...)"),
     (r"--labels\b", "labels=[...]"),
     (r"--columns\b", "columns={...}"),
+    (r"--verbalizer \(e\.g\. ((?:\d+=[^,)]*,?)+)\)",
+     lambda m: "verbalizer={...} (e.g. verbalizer=" + repr({int(k): v for k, v in
+                                                          (p.split("=", 1) for p in m.group(1).split(","))}) + ")"),
     (r"--verbalizer\b", "verbalizer={...}"),
+    (r"--template auto\b", "template='auto'"),
     (r"--n-(train|dev|test)\b", r"n_\1"),
 ]
 

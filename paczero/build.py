@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from paczero.checkpoint import CheckpointError
-from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
+from paczero.config import AUTO, DP_MECHANISMS, ConfigError, TrainConfig
 from paczero.hardware import announce, resolve_device, resolve_precision
 
 
@@ -65,6 +65,7 @@ class Setup:
     in_memory: tuple = ()  # what was given as objects in memory (Given.names), not loaded from the config
     ood_enc: list | None = None  # the encoded out-of-domain test file (config ood_data), evaluated at the end
     data_use: str | None = None  # the API: what each dataset given was used for
+    prompt: dict | None = None  # classification: the prompt and answer words scored (paczero.tasks.prompts.prompt_record)
 
 
 @dataclass
@@ -91,8 +92,8 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
     ``given``: objects that replace loading the config's model, tokenizer or data."""
     import copy
 
-    from paczero.models import check_model_source, load_model, load_tokenizer, prepare_model, prepare_tokenizer
-    from paczero.tasks import build_task, load_splits
+    from paczero.models import check_model_source, load_tokenizer, prepare_tokenizer
+    from paczero.tasks import load_splits
 
     device = resolve_device(cfg.device)
     given = given or Given()
@@ -111,19 +112,32 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
         tokenizer = prepare_tokenizer(copy.deepcopy(given.tokenizer))
     else:  # the prompts are built and checked (labels, template) before the model
         tokenizer = load_tokenizer(cfg.model)
-    task = build_task(cfg.task, tokenizer, template=cfg.template, verbalizer=cfg.verbalizer,
-                      objective=cfg.objective, max_new_tokens=cfg.max_new_tokens, answer_stop=cfg.answer_stop,
-                      max_length=cfg.max_length, labels=cfg.labels)
+    auto = cfg.template == AUTO  # the prompt is chosen on dev once the model is loaded
+    options = _auto_options(cfg, tokenizer, dev_ex) if auto else None
+    task = options[0] if auto else _task(cfg, tokenizer, cfg.template, cfg.verbalizer)
     ood_ex = _ood_examples(cfg) if cfg.ood_data and examples is None else None
-    encoded, cut = [], []
-    for examples_of_split in (train_ex, dev_ex, test_ex):
-        encoded.append(task.encode(examples_of_split))
-        cut.append(getattr(task, "truncated", 0))
-    _warn_truncated(cfg, cut, [len(train_ex), len(dev_ex), len(test_ex)])
-    model = None
-    if with_model:
-        announce()  # train's choice of dtype, held back until every input is checked
-    if with_model and given.model is not None:
+    splits = (train_ex, dev_ex, test_ex)
+    encoded = None if auto else _encode(cfg, task, splits)
+    model, device, cfg = _model(cfg, given, tokenizer, device) if with_model else (None, device, cfg)
+    if auto:
+        if model is None:
+            raise ConfigError("template auto scores its candidates with the model, which this command does not load")
+        task, prompt = _choose_prompt(cfg, options, model, dev_ex)
+        cfg = cfg.replace(template=task.template, verbalizer=dict(task.verbalizer))
+        encoded = _encode(cfg, task, splits)
+    else:
+        prompt = _stated_prompt(cfg, task)
+    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded, in_memory=given.names(),
+                 ood_enc=None if ood_ex is None else task.encode(ood_ex), data_use=given.data_use, prompt=prompt)
+
+
+def _model(cfg: TrainConfig, given: Given, tokenizer, device: str):
+    """The model (loaded as the config names it, or the one given, prepared), the device its inputs go to, and
+    the config (its dtype and mu resolved where they were not yet)."""
+    from paczero.models import load_model, prepare_model
+
+    announce()  # train's choice of dtype, held back until every input is checked
+    if given.model is not None:
         placed = _placed(given.model)  # sharded or quantised: it stays where it is
         model = given.prepared = prepare_model(
             given.model, tokenizer, track=cfg.track, dtype=getattr(given.model, "dtype", torch.float32),
@@ -131,17 +145,75 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
             lora_targets=cfg.lora_targets, init_seed=cfg.seed)
         if placed:
             device = str(model.get_input_embeddings().weight.device)
-    elif with_model:
-        if cfg.dtype == "auto" or cfg.mu is None:  # a config not resolved by train (paczero eval --dtype auto)
-            cfg = resolve_precision(cfg, device)
-        model = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
-                           lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
-                           device_map=cfg.device_map, tokenizer=tokenizer).model
-        given.prepared = model
-        if cfg.device_map:  # inputs go where the embeddings live
-            device = str(model.get_input_embeddings().weight.device)
-    return Setup(cfg, device, model, tokenizer, task, train_ex, dev_ex, test_ex, *encoded, in_memory=given.names(),
-                 ood_enc=None if ood_ex is None else task.encode(ood_ex), data_use=given.data_use)
+        return model, device, cfg
+    if cfg.dtype == "auto" or cfg.mu is None:  # a config not resolved by train (paczero eval --dtype auto)
+        cfg = resolve_precision(cfg, device)
+    model = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
+                       lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
+                       device_map=cfg.device_map, tokenizer=tokenizer).model
+    given.prepared = model
+    if cfg.device_map:  # inputs go where the embeddings live
+        device = str(model.get_input_embeddings().weight.device)
+    return model, device, cfg
+
+
+def _encode(cfg: TrainConfig, task, splits) -> list[list]:
+    """The train, dev and test examples encoded once; one warning for those cut to max_length."""
+    encoded, cut = [], []
+    for examples_of_split in splits:
+        encoded.append(task.encode(examples_of_split))
+        cut.append(getattr(task, "truncated", 0))
+    _warn_truncated(cfg, cut, [len(split) for split in splits])
+    return encoded
+
+
+def _stated_prompt(cfg: TrainConfig, task) -> dict | None:
+    """A classification run's prompt record (None for the other tasks): set by the config, or the task's."""
+    if not hasattr(task, "verbalizer"):
+        return None
+    from paczero.tasks.prompts import prompt_record
+
+    return prompt_record(task, "config" if cfg.template is not None or cfg.verbalizer is not None else "task default")
+
+
+def _auto_options(cfg: TrainConfig, tokenizer, dev_ex: list) -> list:
+    """template auto's candidate tasks (paczero/tasks/prompts.yaml), built (their answer words tokenised) before
+    the model loads."""
+    from paczero.tasks.prompts import candidates
+
+    if not dev_ex:
+        raise ConfigError("template auto chooses the prompt on dev examples, and there are none here")
+    try:
+        found = candidates(len(classes_of(cfg) or (0, 1)), cfg.labels, cfg.verbalizer)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return [_task(cfg, tokenizer, c["template"], c["verbalizer"]) for c in found]
+
+
+def _choose_prompt(cfg: TrainConfig, options: list, model, dev_ex: list):
+    """template auto: each candidate task scored zero-shot on the dev examples (the only examples this reads),
+    the one of lowest dev loss kept; returns it and the prompt record (every candidate's dev metrics)."""
+    from paczero.tasks.prompts import choose, prompt_record
+    from paczero.thread_share import refresh
+
+    def dev_score(candidate: dict) -> dict:
+        task = options[found.index(candidate)]
+        refresh()
+        with torch.inference_mode():
+            metrics = task.evaluate(model, task.encode(dev_ex), token_budget=cfg.token_budget)
+        return {k: float(v) for k, v in metrics.items()}
+
+    found = [{"template": t.template, "verbalizer": dict(t.verbalizer)} for t in options]
+    best, scored = choose(found, dev_score)
+    return options[best], prompt_record(options[best], "auto", scored)
+
+
+def _task(cfg: TrainConfig, tokenizer, template, verbalizer):
+    from paczero.tasks import build_task
+
+    return build_task(cfg.task, tokenizer, template=template, verbalizer=verbalizer, objective=cfg.objective,
+                      max_new_tokens=cfg.max_new_tokens, answer_stop=cfg.answer_stop, max_length=cfg.max_length,
+                      labels=cfg.labels)
 
 
 def _ood_examples(cfg: TrainConfig) -> list:
@@ -270,6 +342,19 @@ def small_splits_note(setup: Setup) -> str | None:
            "a file with more rows, or --n-dev and --n-test")
     return (f"paczero: data: {sets}: their scores resolve little (a 95 % interval spans about {spans}); "
             f"at least {RESOLVING_ROWS} rows each ({how}) resolve more")
+
+
+def near_chance(setup: Setup, dev: dict) -> str | None:
+    """One line when a classification run's zero-shot dev accuracy is within reach of chance (1/classes plus
+    the larger of 0.1 and 1/sqrt(dev rows)): the prompt or its answer words may not suit the model or the data."""
+    if setup.prompt is None or dev.get("accuracy") is None or not setup.dev_enc:
+        return None
+    chance = 1 / setup.task.num_classes
+    if dev["accuracy"] > chance + max(0.1, 1 / len(setup.dev_enc) ** 0.5):
+        return None
+    return (f"paczero: zero-shot dev accuracy {dev['accuracy']:.3f} is near chance ({chance:.2f}): the prompt or its "
+            "answer words may not suit this model and data; --template auto chooses among candidates on dev, "
+            "--verbalizer sets the answer words")
 
 
 def check_sizes(setup: Setup) -> None:

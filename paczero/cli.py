@@ -94,9 +94,10 @@ def _add_eval(sub) -> None:
                              ("token-budget", int, "tokens per micro-batch (default: the run's)"),
                              ("device", str, "auto, cpu or cuda[:N] (default: the run's)"),
                              ("dtype", str, "auto, fp32, bf16 or fp16 (default: the run's)"),
-                             ("verbalizer", parse_verbalizer, "classification label -> option text, e.g. "
-                              "'0= terrible,1= great' (default: the run's)"),
-                             ("labels", str, "classification class names, e.g. negative,positive (default: the run's)"),
+                             ("verbalizer", parse_verbalizer, "classification answer words: label -> option "
+                              "text, e.g. '0= terrible,1= great' (default: the run's)"),
+                             ("labels", str, "classification class names, e.g. neg,pos: how the file's label "
+                              "values map to classes, not the answer words (default: the run's)"),
                              ("base-model", str, "a released LoRA adapter's base model (default: the one its "
                               "task.json names)")):
         p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS, type=kind, help=text)

@@ -30,6 +30,7 @@ FIRST_ORDER = ("dp-sgd",)  # a gradient step (paczero/fo/), not the zeroth-order
 SELECT_METRICS = ("loss", "accuracy", "f1")  # dev-best selection: the lowest dev loss, the highest accuracy or F1
 TASKS = ("sst2", "squad", "demo", "completion")
 CLASSIFICATION_TASKS = ("sst2", "demo")
+AUTO = "auto"  # template auto: the prompt and its answer words chosen zero-shot on dev (paczero/tasks/prompts.py)
 LR_SCHEDULES = ("constant", "linear", "polynomial")
 ANSWER_STOPS = ("newline-token", "any-newline")  # squad: where a generated answer ends (paczero/tasks/qa.py)
 REPORT_TO = ("none", "tensorboard", "wandb")  # live monitoring of a run's public values (paczero/trackers.py)
@@ -58,9 +59,9 @@ class TrainConfig:
     task: str = "demo"                       # "sst2" | "squad" | "demo" | "completion" (prompt -> completion, or chat messages)
     data: str | None = None                  # a local .jsonl/.json/.csv/.tsv/.parquet file, or "demo"; None: the task's dataset (SST-2, SQuAD: the hub's)
     columns: dict[str, str] | None = None    # map task fields to file columns, e.g. {"sentence": "text"}
-    template: str | None = None              # classification prompt, with {sentence}
-    verbalizer: dict[int, str] | None = None # classification label -> option text
-    labels: list[str] | None = None          # classification class names, label i the i-th (e.g. negative,positive): the data may give labels by name; the verbalizer defaults to " name"
+    template: str | None = None              # classification prompt, with {sentence}; "auto": chosen zero-shot on dev, by dev loss, among the candidates of paczero/tasks/prompts.yaml (with the answer words)
+    verbalizer: dict[int, str] | None = None # classification answer words: label -> option text (default: the task's, " terrible"/" great"; with template auto, the chosen candidate's)
+    labels: list[str] | None = None          # classification class names, label i the i-th (e.g. neg,pos): how the data's label values map to classes; the answer words stay the verbalizer's
     objective: str = "nll"                   # squad training loss: "nll" | "f1"
     n_train: int = 1000                      # |U|, the training universe
     n_dev: int = 500                         # dev examples (model selection), drawn apart from U
@@ -130,6 +131,8 @@ class TrainConfig:
             values["lora_targets"] = [t.strip() for t in values["lora_targets"].split(",")]
         if isinstance(values.get("labels"), str):  # "negative,positive", as the flag takes it
             values["labels"] = [t.strip() for t in values["labels"].split(",")]
+        if isinstance(values.get("verbalizer"), dict):  # JSON (run.json, task.json) keeps its keys as strings
+            values["verbalizer"] = {_label_key(k): v for k, v in values["verbalizer"].items()}
         return cls(**{k: _as_number(cls, k, v) for k, v in values.items()})
 
     @classmethod
@@ -329,13 +332,19 @@ def _check_prompt_and_data(cfg: TrainConfig) -> None:
              and len({n.strip() for n in cfg.labels}) == len(cfg.labels),
              f"labels must be two or more distinct class names, e.g. negative,positive, got {cfg.labels!r}")
         need(cfg.verbalizer is None or set(cfg.verbalizer) == set(range(len(cfg.labels))),
-             f"verbalizer labels {sorted(cfg.verbalizer or {})} must be the positions 0..{len(cfg.labels) - 1} "
+             f"verbalizer labels {sorted(cfg.verbalizer or {}, key=str)} must be the positions 0..{len(cfg.labels) - 1} "
              f"of the {len(cfg.labels)} label names")
+        need(cfg.verbalizer is not None or cfg.template == AUTO or len(cfg.labels) == 2,
+             f"{len(cfg.labels)} labels need their answer words: give --verbalizer (e.g. "
+             + ",".join(f"{i}= {n}" for i, n in enumerate(cfg.labels)) + ") or --template auto (chosen on dev)")
     if cfg.verbalizer is not None:
         need(isinstance(cfg.verbalizer, dict) and len(cfg.verbalizer) >= 2
              and all(isinstance(v, str) and v for v in cfg.verbalizer.values()),
              "verbalizer must map at least two labels to non-empty strings")
-    if cfg.template is not None:
+    if cfg.template == AUTO:
+        need(cfg.task in CLASSIFICATION_TASKS, f"template auto chooses a classification prompt on dev "
+             f"({', '.join(CLASSIFICATION_TASKS)}); it does not apply to task {cfg.task}: give its template")
+    elif cfg.template is not None:
         need(cfg.task != "completion", "template does not apply to task completion: its prompts are the "
                                         "data's prompt column (or its messages)")
         allowed = ("title", "context", "question") if cfg.task == "squad" else ("sentence",)
@@ -352,6 +361,15 @@ def _check_prompt_and_data(cfg: TrainConfig) -> None:
         need(p.is_file(), f"data file {cfg.data!r} does not exist" if not p.exists() else
              f"data {cfg.data!r} is not a file")
         need(os.access(p, os.R_OK), f"data file {cfg.data!r} is not readable")
+
+
+def _label_key(key: Any) -> Any:
+    """A verbalizer key as the integer label it names ("1" in JSON or YAML is 1); anything else is left to
+    validate(), which names it."""
+    try:
+        return int(key) if str(key).strip().lstrip("-").isdigit() else key
+    except (TypeError, ValueError):
+        return key
 
 
 def _as_number(cls, key: str, value: Any) -> Any:

@@ -23,6 +23,7 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
     from paczero.checkpoint import load_latest_checkpoint
     from paczero.models import trainable_parameters
     from paczero.build import build, evaluate, load_trainable, refuse_in_memory
+    from paczero.tasks.data import same_columns
 
     overrides = dict(overrides or {})
     path = Path(target).expanduser()
@@ -38,8 +39,8 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
         values = record["config"]
         values.update(overrides)
         values.update(resume=False, overwrite=False)
-        if "data" in overrides and "columns" not in overrides:
-            values["columns"] = None  # the run's column names belong to the run's file
+        if "data" in overrides and "columns" not in overrides:  # the run's names, where the file has those columns
+            values["columns"] = same_columns(overrides["data"], record["config"].get("columns"))
         cfg = TrainConfig.from_dict(values).validate()
     else:
         if path.is_dir() and not (path / "config.json").exists() and not (path / "adapter_config.json").exists():
@@ -89,3 +90,4 @@ def _whole_file(cfg: TrainConfig) -> tuple[list, list, list]:
     _, _, rows = load_splits(cfg.task, source=cfg.data, n_train=0, n_dev=0, columns=cfg.columns,
                              n_test=None if has_split else len(records), labels=cfg.labels, classes=classes_of(cfg))
     return [], [], rows
+

@@ -187,14 +187,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
               *(["lora"] if lora else [])],
         model_name=title if results else None, eval_results=results)
 
-    def score(split: dict | None) -> str:
-        return "n/a" if not split or split.get(metric) is None else f"{split[metric]:.4f}"
-
-    rows = [f"| fine-tuned (weights of step {summary.get('selected_step')}) | {score(summary.get('dev'))} | "
-            f"{score(summary.get('test'))} |"]
-    if summary.get("zero_shot"):
-        rows.insert(0, f"| zero-shot {shown} | {score(summary['zero_shot'].get('dev'))} | "
-                       f"{score(summary['zero_shot'].get('test'))} |")
+    rows = _metric_rows(summary, metric, shown)
     license_line = ([] if _license(base)["license"] != "other" else
                     ["- License: the base model's license applies; set `license` in this card's metadata to it "
                      "before publishing."])
@@ -207,6 +200,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         f"examples (selection), {_tested(summary)}.",
         f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
         f"mu {'as its dtype sets it' if cfg['mu'] is None else format(cfg['mu'], 'g')}, public seed {cfg['seed']}.",
+        *_prompt_lines(summary.get("prompt")),
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
         *license_line,
         "",
@@ -214,6 +208,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         "|---|---|---|",
         *rows,
         "",
+        *_candidate_table(summary.get("prompt")),
         *(_usage(task, lora, base["hub_id"]) if task else []),
         "## Privacy",
         "",
@@ -223,6 +218,44 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         "",
     ]
     return str(ModelCard(f"---\n{data_card.to_yaml()}\n---\n\n" + "\n".join(body)))
+
+
+def _metric_rows(summary: dict, metric: str, shown: str) -> list[str]:
+    """The card's table rows: the zero-shot base model (if evaluated) and the released weights, dev and test."""
+    def score(split: dict | None) -> str:
+        return "n/a" if not split or split.get(metric) is None else f"{split[metric]:.4f}"
+
+    step = summary.get("selected_step")
+    released = ("released: the weights before training (step 0), as no trained step beat them on dev" if step == 0
+                else f"fine-tuned (weights of step {step})")
+    rows = [f"| {released} | {score(summary.get('dev'))} | {score(summary.get('test'))} |"]
+    if summary.get("zero_shot"):
+        rows.insert(0, f"| zero-shot {shown} | {score(summary['zero_shot'].get('dev'))} | "
+                       f"{score(summary['zero_shot'].get('test'))} |")
+    return rows
+
+
+def _prompt_lines(prompt: dict | None) -> list[str]:
+    """The card's line on a classification model's prompt and answer words, and where they came from."""
+    from paczero.tasks.prompts import answer_words
+
+    if not prompt:
+        return []
+    how = {"auto": "chosen zero-shot on dev by template auto, by dev loss, among the candidates below",
+           "config": "as the run's settings gave them", "task default": "the task's default"}[prompt["source"]]
+    return [f"- Prompt: `{json.dumps(prompt['template'])}`; answer words {answer_words(prompt)} ({how})."]
+
+
+def _candidate_table(prompt: dict | None) -> list[str]:
+    """template auto's candidates with their zero-shot dev metrics (the card's table)."""
+    if not prompt or prompt.get("source") != "auto":
+        return []
+    rows = [f"| `{json.dumps(c['template'])}` | {', '.join(json.dumps(v) for v in c['verbalizer'].values())} | "
+            f"{c['dev']['loss']:.4f} | {c['dev'].get('accuracy', float('nan')):.4f} |"
+            + (" chosen |" if (c["template"], c["verbalizer"]) == (prompt["template"], prompt["verbalizer"]) else " |")
+            for c in prompt["candidates"]]
+    return ["Prompt candidates of template auto, zero-shot on dev (the test set was not read for the choice):", "",
+            "| template | answer words | dev loss | dev accuracy | |", "|---|---|---|---|---|", *rows, ""]
 
 
 def _tested(summary: dict) -> str:
@@ -316,8 +349,10 @@ def released_config(model_dir: Path, overrides: dict[str, Any]) -> TrainConfig:
             raise ConfigError(f"the model was trained on {task.get('data')}, which the release does not carry: "
                               "give --data FILE")
         values.update(data=run["data"], columns=run.get("columns"))
-    if "data" in overrides and "columns" not in overrides:
-        values["columns"] = None  # the run's column names belong to the run's file
+    if "data" in overrides and "columns" not in overrides:  # the run's names, where the file has those columns
+        from paczero.tasks.data import same_columns
+
+        values["columns"] = same_columns(overrides["data"], run.get("columns"))
     values.update(overrides)
     values.update(model=model, track="ft", eval_zero_shot=False)  # track ft: the base as it is, no new adapter
     return TrainConfig.from_dict(values, source=str(model_dir / TASK_FILE)).validate()

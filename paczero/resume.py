@@ -22,7 +22,7 @@ from typing import Any
 
 from paczero.build import load_trainable
 from paczero.checkpoint import atomic_json, load_latest_checkpoint
-from paczero.config import ConfigError
+from paczero.config import ConfigError, TrainConfig
 from paczero.journal import ResumePoint, read_jsonl, resume_point
 
 _log = logging.getLogger(__name__)  # warnings: on stderr (the CLI prints them as "paczero: warning: ...")
@@ -85,7 +85,8 @@ def restore(run, resumed: Resumed) -> None:
         run.ranks.agree("directions", now, problem)  # every rank stops with this line
     _record_length(run)
     _complete_log(run.run_dir / "log.jsonl", point)
-    run.best = _best_from_evals(run.run_dir / "evals.jsonl", run.start)
+    zero = run.zero_shot if run.cfg.dev_best and (run.run_dir / "best" / "weights.safetensors").exists() else None
+    run.best = _best_from_evals(run.run_dir / "evals.jsonl", run.start, zero)
     replayed = run.start - run.weights_step
     run.log(f"resuming from step {run.start}" + (f" (weights of step {run.weights_step}, {replayed} logged "
                                                  f"steps replayed)" if replayed else ""))
@@ -135,16 +136,34 @@ def _complete_log(log_path: Path, point: ResumePoint) -> None:
     os.replace(tmp, log_path)
 
 
-def _best_from_evals(path: Path, upto: int) -> dict[str, Any] | None:
+def _best_from_evals(path: Path, upto: int, zero_shot: dict | None = None) -> dict[str, Any] | None:
     """The dev-best bookkeeping of a resumed run, from its evaluations of steps <= ``upto`` (later ones,
-    if any, are dropped from evals.jsonl)."""
+    if any, are dropped from evals.jsonl) and its zero-shot metrics (``zero_shot``: the weights before
+    training, step 0, which evals.jsonl does not hold)."""
     records = [r for r in read_jsonl(path, "evals.jsonl") if r.get("step", upto + 1) <= upto]
     if path.exists():
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in records))
         os.replace(tmp, path)
+    base = {"step": 0, "dev": zero_shot["dev"]} if zero_shot and zero_shot.get("dev") else None
     if not records or records[-1].get("best_step") is None:
-        return None
+        return base if not records else None
     step = records[-1]["best_step"]
+    if step == 0:
+        return base
     dev = next((r["dev"] for r in records if r["step"] == step), None)
     return None if dev is None else {"step": step, "dev": dev}
+
+
+def recorded_choice(cfg: TrainConfig) -> TrainConfig:
+    """A resumed run begun with template auto goes on with the prompt it chose (run.json ``prompt``); a folder
+    without such a record leaves the config as it is (the resume then names what differs, or what is missing)."""
+    from paczero.checkpoint import run_record
+
+    try:
+        prompt = json.loads(run_record(Path(cfg.out_dir).expanduser()).read_text()).get("prompt") or {}
+    except (OSError, ValueError, AttributeError):
+        return cfg
+    if prompt.get("source") != "auto":
+        return cfg
+    return cfg.replace(template=prompt["template"], verbalizer={int(k): v for k, v in prompt["verbalizer"].items()})

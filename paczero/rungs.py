@@ -8,7 +8,7 @@ spans all of them: a ladder's ``steps`` is its last rung) and, when step t of ``
    ``rungs/step-<t>/weights.safetensors``;
 3. evaluates them on test;
 4. with ``dev_best``, also evaluates on test the dev-best weights of the prefix: the best of the dev
-   evaluations at steps <= t (the run's ``best/`` weights at that moment);
+   evaluations at steps <= t and of the weights before training, step 0 (the run's ``best/`` weights at that moment);
 5. appends the record to ``rungs.jsonl``; ``summary.json`` lists the records under ``rungs``.
 
 A record: ``{"step", "dev", "test", "weights", "dev_best": {"step", "dev", "test"} | None,

@@ -49,10 +49,7 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
                          "no bound here covers the difference (docs/privacy.md, 'Noise on a finite computer').")
     else:
         bound = statement.get("mi_bound")
-        lines.append(
-            f"What is protected: which of the {statement.get('num_subsets')} candidate subsets of the "
-            f"{cfg.n_train}-example universe trained the model, so whether each of its examples was among those "
-            "used. Not protected: the universe itself (which examples are in it, and what they say).")
+        lines.append(plain_words(statement.get("num_subsets"), cfg.n_train))
         lines.append(
             f"Privacy (PAC Privacy, {mech}): guaranteed I(S*; transcript) <= {_num(bound, '.6g')} nats "
             + ("(no noised release: the transcript carries no information about the secret; Theorem 2)" if bound == 0.0
@@ -73,7 +70,8 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
                          + (", and the released model is a function of public inputs alone, with no assumption "
                             "about the private generator." if not bound else "."))
             lines.append("So the model is a function of all of U: each step that moves it moves it along a sign that "
-                         "every candidate subset shares (or a noised release), computed from every record of U. "
+                         "every candidate subset shares (or a noised release), computed from every record of U; S* "
+                         "only decides signs the subsets dispute, and those are released as a coin or with noise. "
                          "Nothing above bounds an attack that tells U's records from records outside U (the "
                          "train-vs-held-out loss attack, `heldout_attack`): U itself is not protected.")
         if statement.get("mi_spent") is not None:
@@ -86,20 +84,37 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
             f"subsets of the {cfg.n_train}-example universe (each example in half of them); unanimity rate "
             f"{statement.get('unanimity_rate', 0.0):.1%} of {statement.get('steps')} steps.")
         lines.append(
-            "What it protects: which of the candidate subsets (so which examples of the universe) trained the model. "
-            "It assumes the adversary knows the universe itself (which records are in it and what they say), the "
-            "candidate subsets, the base model and the mechanism; those are not protected.")
+            "The adversary of the guarantee knows the universe itself (which records are in it and what they say), "
+            "the candidate subsets, the base model and the mechanism; those are not protected.")
     src = statement.get("secret_source", secret_source(cfg, statement.get("private") is not False))
     if statement.get("private") is not False and src != "os-entropy":
         lines.append(f"WARNING: secret randomness from a {src}.")
+    chosen = " and the prompt (template auto)" if statement.get("prompt_selection") else ""
     lines.append(f"Dev-best selection reads only dev metrics: post-processing, no cost to the guarantee above; the "
-                 f"{cfg.n_dev} dev examples that choose the released step are not covered by it."
+                 f"{cfg.n_dev} dev examples that choose the released step{chosen} are not covered by it."
                  if cfg.dev_best else "Final weights released (no selection).")
+    if statement.get("prompt_selection") and not cfg.dev_best:
+        lines.append(f"The prompt was chosen on the {cfg.n_dev} dev examples (template auto); they are not covered "
+                     "by the guarantee above.")
+    if statement.get("released"):
+        lines.append("Released: the weights before training (step 0; no trained step beat them on dev), public "
+                     "inputs alone.")
     if getattr(cfg, "rungs", None) and statement.get("private") is not False:
         lines.append(f"Rungs {', '.join(map(str, cfg.rungs))}: the weights saved at step t are computed from the "
                      "public directions and the first t releases (post-processing); each carries the guarantee above, "
                      "no smaller one.")
     return "\n".join(lines)
+
+
+def plain_words(num_subsets: int | None, n_train: int) -> str:
+    """The PAC statement's opening, for a reader who is no privacy expert: what is public, what is hidden."""
+    return (f"What is protected, in plain words: the {n_train} records of the training universe U (the training "
+            "data) are treated as public: an attacker may hold every one of them and know that U was used. Hidden "
+            f"is which of them make up the secret subset S* (one of {num_subsets} candidate subsets, each half of U) "
+            "that the mechanism trains on: the guarantee below bounds how well such an attacker can tell, for a "
+            "record of U, whether it was in S* (membership inference among U's records). Not protected: U's records "
+            "themselves, and that U was used (every step scores all of U; where the subsets disagree it releases a "
+            "coin or a noised sign, so that S* stays hidden).")
 
 
 def guarantee_summary(statement: dict[str, Any]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import time
 from pathlib import Path
@@ -25,20 +24,22 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable,
+from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, near_chance,
                            small_splits_note, split_sizes, step_batches, trainable_state)
+from paczero.tasks.prompts import prompt_line
 from paczero import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
-                                save_weights, set_times)
+                                set_times)
 from paczero.curves import write_run_curves
 from paczero.step_record import step_record
-from paczero.config import DP_MECHANISMS, FIRST_ORDER, TrainConfig
+from paczero.config import AUTO, DP_MECHANISMS, FIRST_ORDER, TrainConfig
 from paczero.journal import Journal, check_resumed_config, recorded_data
 from paczero.publish import make_stage, publish, working_dir
 from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
 from paczero.stop import StopRequest
 from paczero.trackers import check_report_to, open_tracker
 from paczero.release import write_release
+from paczero.selection import base_released_line, better, recorded_dev, save_best, save_selected, selection_metric
 from paczero.statement import privacy_statement_text, secret_source
 
 _log = logging.getLogger(__name__)  # warnings: on stderr (the CLI prints them as "paczero: warning: ...")
@@ -111,6 +112,8 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
     if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
         cfg = cfg.replace(data=_resolved(cfg.data))
     cfg = fit_to_machine(cfg)  # dtype auto and an unset mu resolved (and recorded); torch's threads
+    if cfg.resume and cfg.template == AUTO:
+        cfg = resume.recorded_choice(cfg)  # the prompt the run chose on dev, not a new choice
     ranks = init_from_env(cfg.device)  # torchrun: data parallel over U; a single process: pass-through
     lock = None
     try:
@@ -166,6 +169,7 @@ def _train(cfg: TrainConfig, ranks, out_dir: Path, log, given: Given | None = No
     in its private stage and publishes into ``out_dir`` at the end (paczero/publish.py)."""
     run_dir = working_dir(cfg, out_dir)
     run, resumed = _set_up(cfg, ranks, run_dir, log, given)  # model, data, directions, mechanism
+    cfg = run.cfg  # template auto: with the prompt chosen on dev
     run.out_dir = out_dir
     if resumed is not None:
         resume.restore(run, resumed)  # weights, mechanism state, log and evals at the resume point
@@ -223,6 +227,12 @@ class Run:
             self.zero_shot["ood_test"] = evaluate(setup, setup.ood_enc)
         self.log(f"zero-shot: dev {_fmt(self.zero_shot['dev'])} | test {_fmt(self.zero_shot['test'])}"
                  + (f" | ood test {_fmt(self.zero_shot['ood_test'])}" if setup.ood_enc is not None else ""))
+        if near_chance(setup, self.zero_shot["dev"]):
+            self.log(near_chance(setup, self.zero_shot["dev"]))
+        metric = selection_metric(self.cfg, setup.task)
+        if self.cfg.dev_best and (self.best is None or better(self.zero_shot["dev"], self.best["dev"], metric)):
+            self.best = {"step": 0, "dev": self.zero_shot["dev"]}  # the weights before training are a candidate
+            save_best(self.run_dir, self.params)
 
     def evaluate_due(self, done: int, recorded: set | frozenset = frozenset()) -> dict | None:
         """Evaluate on dev after ``done`` steps where due (unless ``recorded`` holds that step's evaluation
@@ -231,10 +241,10 @@ class Run:
         if not (done % cfg.eval_every == 0 or done == cfg.steps or self.ladder.due(done)) or done in recorded:
             return None
         dev = evaluate(self.setup, self.setup.dev_enc)
-        improved = self.best is None or _better(dev, self.best["dev"], selection_metric(cfg, self.setup.task))
+        improved = self.best is None or better(dev, self.best["dev"], selection_metric(cfg, self.setup.task))
         if improved and cfg.dev_best:
             self.best = {"step": done, "dev": dev}
-            _save_best(self.run_dir, self.params)
+            save_best(self.run_dir, self.params)
         with open(self.run_dir / "evals.jsonl", "a") as f:
             f.write(json.dumps({"step": done, "dev": dev, "best_step": self.best["step"] if self.best else None})
                     + "\n")
@@ -256,9 +266,15 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     from paczero.zo import Perturber
 
     t_setup = time.time()
-    setup, fingerprint = build_together(cfg, ranks, recorded_data(run_dir) if cfg.resume else None, given)
+    recorded = recorded_data(run_dir) if cfg.resume else None
+    setup, fingerprint = build_together(cfg, ranks, recorded, given)
+    if recorded is not None and recorded.get("prompt"):  # how the run's prompt was chosen (template auto)
+        setup.prompt = recorded["prompt"]
     if small_splits_note(setup):  # dev or test under 50 rows: said once
         log(small_splits_note(setup))
+    if setup.prompt is not None:  # classification: the prompt and the answer words it scores, said once
+        log(prompt_line(setup.prompt))
+    cfg = setup.cfg  # template auto: the chosen prompt
     params = trainable_parameters(setup.model, cfg.track)
     perturber = Perturber(setup.model, params, cfg.seed, lockstep=cfg.lockstep_batches,
                           token_budget=cfg.token_budget)
@@ -288,7 +304,8 @@ def _begin(run: Run) -> None:
     public_data = {} if _private_batches(cfg) else {"universe_size": run.n, "data_fingerprint": run.fingerprint}
     atomic_json(run.run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
                                            "secret_source": secret_source(cfg, _claims_privacy(run.mechanism)),
-                                           "directions": run.perturber.directions, **_in_memory(run.setup)})
+                                           "directions": run.perturber.directions, **_in_memory(run.setup),
+                                           **_prompt(run.setup)})
 
 
 def _loop(run: Run) -> tuple[int, bool]:
@@ -390,7 +407,7 @@ def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
 def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seconds: float, log=print) -> dict:
     """Evaluate the dev-best (or final) weights on test, save the model, write summary.json."""
     cfg = setup.cfg
-    final_dev = _recorded_dev(run_dir / "evals.jsonl", cfg.steps)  # the loop evaluated the final weights
+    final_dev = recorded_dev(run_dir / "evals.jsonl", cfg.steps)  # the loop evaluated the final weights
     if final_dev is None:
         final_dev = evaluate(setup, setup.dev_enc)
     selected_step = cfg.steps
@@ -400,13 +417,18 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
 
         load_trainable(params, load_file(str(run_dir / "best" / "weights.safetensors")))
         selected_step = best["step"]
-    _save_weights(run_dir / "selected.safetensors", params)
+    save_selected(run_dir / "selected.safetensors", params)
     test = evaluate(setup, setup.test_enc)
     dev = best["dev"] if (cfg.dev_best and best is not None) else final_dev
     statement = mechanism.privacy_statement()
     statement["secret_source"] = secret_source(cfg, statement.get("private") is not False)
     statement["dev_best_selection"] = ("post-processing: selection reads only dev metrics and costs no privacy"
                                        if cfg.dev_best else "off (final weights)")
+    if selected_step == 0:
+        statement["released"] = "the weights before training (step 0): public, no release of the run enters them"
+    if (setup.prompt or {}).get("source") == "auto":
+        statement["prompt_selection"] = (f"template auto: the prompt chosen among {len(setup.prompt['candidates'])} "
+                                         "candidates by their zero-shot dev loss (dev only; no cost to the guarantee)")
     if cfg.rungs:
         statement["rungs"] = rungs_privacy(cfg)
     summary = {
@@ -414,6 +436,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         **_in_memory(setup),
         "metric": setup.task.metric,
         "select_metric": selection_metric(cfg, setup.task) if cfg.dev_best else None,  # what chose selected_step
+        **_prompt(setup),
         "zero_shot": zero_shot,
         "final_dev": final_dev,
         "selected_step": selected_step,
@@ -440,8 +463,16 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
     if zero_shot:
         log(f"zero-shot  test {_fmt(zero_shot['test'])}")
     log(f"fine-tuned test {_fmt(test)} (weights of step {selected_step}, dev {_fmt(dev)})")
+    if selected_step == 0:
+        log(base_released_line(cfg.track))
     log(summary["privacy_text"])
     return summary
+
+
+def _prompt(setup: Setup) -> dict:
+    """run.json's and summary.json's ``prompt`` (classification): the template and answer words the run scores,
+    where they came from, and template auto's candidates with their zero-shot dev metrics."""
+    return {"prompt": setup.prompt} if setup.prompt is not None else {}
 
 
 def _in_memory(setup: Setup) -> dict:
@@ -449,47 +480,6 @@ def _in_memory(setup: Setup) -> dict:
     then names the model object's ``name_or_path``)."""
     return {**({"in_memory": list(setup.in_memory)} if setup.in_memory else {}),
             **({"data_use": setup.data_use} if setup.data_use else {})}
-
-
-def _recorded_dev(path: Path, step: int) -> dict | None:
-    """The dev metrics evals.jsonl holds for ``step`` (None if it holds none)."""
-    if not path.exists():
-        return None
-    found = None
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if record.get("step") == step:
-            found = record.get("dev")
-    return found
-
-
-def _save_best(run_dir: Path, params) -> None:
-    (run_dir / "best").mkdir(exist_ok=True)
-    _save_weights(run_dir / "best" / "weights.safetensors", params)
-
-
-def _save_weights(path: Path, params) -> None:
-    """Trainable weights to a safetensors file, atomically, readable as any new file is."""
-    save_weights(path, trainable_state(params))
-
-
-def selection_metric(cfg: TrainConfig, task) -> str:
-    """The dev metric that dev-best selection reads: ``select_metric``, else the task's own metric."""
-    return cfg.select_metric or task.metric
-
-
-def _better(dev: dict, ref: dict, metric: str) -> bool:
-    """Whether ``dev`` beats the best so far ``ref``: the lower loss (``metric`` "loss"; a tie keeps the
-    earlier), else the higher ``metric`` (a tie goes to the lower loss, then to the earlier)."""
-    if metric == "loss":
-        return dev.get("loss", math.inf) < ref.get("loss", math.inf)
-    a, b = dev.get(metric, -math.inf), ref.get(metric, -math.inf)
-    if a != b:
-        return a > b
-    return dev.get("loss", math.inf) < ref.get("loss", math.inf)
 
 
 def _private_batches(cfg: TrainConfig) -> bool:

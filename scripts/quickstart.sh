@@ -14,6 +14,6 @@ The run is in runs/quickstart/ (its released model in runs/quickstart/model/). N
   paczero eval runs/quickstart                  # the released weights on dev and test again
   paczero audit runs/quickstart --heldout       # the loss attack: U's sentences against held-out ones
   python examples/use_released_model.py runs/quickstart/model paczero/data/demo_sentiment.jsonl --columns sentence=text
-                                                # plain transformers + peft, offline (every row of the file)
+                                                # plain transformers + peft, offline (the file's test rows)
   paczero train --help                          # every setting; README.md: training on your own file
 NEXT

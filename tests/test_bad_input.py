@@ -6,6 +6,7 @@ values with exit code 2 and one line on stderr, before anything is built.
 """
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -470,3 +471,44 @@ def test_a_flag_is_named_whole_and_a_short_model_name_is_named_in_full(tmp_path,
     said = [r.getMessage() for r in caplog.records if "smollm2-135m" in r.getMessage()]
     assert said == ["model 'smollm2-135m' is 'smollm2-135m-instruct', the Instruct model (paczero's offline copy); "
                     "the base model SmolLM2-135M is the hub's HuggingFaceTB/SmolLM2-135M"]
+
+
+def test_eval_of_a_file_names_its_fix_the_delimiter_and_the_user_s_column(tmp_path, capsys, monkeypatch):
+    """`paczero eval --data FILE` of a file whose columns are not the task's: one line with the --columns hint
+    (as train gives it), before any model loads; a semicolon-separated CSV (its header one column
+    `review;sentiment`): one line about the delimiter; an empty review cell: one line naming the file's column
+    `review` and the row, not the task's field. Exit code 2 each. Red if a hint is missing or the message says
+    `sentence`."""
+    import paczero.models
+
+    monkeypatch.setattr(paczero.models, "load_model", lambda *a, **k: 1 / 0)
+    files = {"named.csv": "review,sentiment\n" + "".join(f"row {i},{i % 2}\n" for i in range(8)),
+             "semi.csv": "review;sentiment\n" + "".join(f"row {i};{i % 2}\n" for i in range(8)),
+             "empty.csv": "review,sentiment\n" + "".join(f"{'' if i == 6 else f'row {i}'},{i % 2}\n" for i in range(8))}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    base = ["eval", "tiny-llama", "--task", "sst2", "--data"]
+    assert main(base + [str(tmp_path / "named.csv")]) == 2
+    err = _one_error_line(capsys)
+    assert "lacks column(s) ['sentence', 'label']" in err and "--columns sentence=COLUMN,label=COLUMN" in err, err
+    assert main(base + [str(tmp_path / "semi.csv")]) == 2
+    err = _one_error_line(capsys)
+    assert "one column, 'review;sentiment'" in err and "separated by semicolons" in err, err
+    assert main(base + [str(tmp_path / "empty.csv"), "--columns", "sentence=review,label=sentiment"]) == 2
+    err = _one_error_line(capsys)
+    assert "empty.csv record 7: review is missing or empty" in err and "sentence" not in err, err
+
+
+def test_eval_of_a_run_on_another_file_with_its_columns_needs_no_columns(tmp_path, capsys):
+    """A run trained with --columns sentence=review,label=sentiment, evaluated with --data on another file of the
+    same columns and no --columns: the run's mapping applies (no error). Red if eval forgets the run's
+    mapping for a file that has its columns."""
+    rows = "review,sentiment\n" + "".join(f"row number {i},{i % 2}\n" for i in range(30))
+    (tmp_path / "train.csv").write_text(rows)
+    (tmp_path / "heldout.csv").write_text(rows)
+    assert main(["train", "--model", "tiny-llama", "--task", "sst2", "--data", str(tmp_path / "train.csv"), "--columns",
+                 "sentence=review,label=sentiment", "--steps", "1", "--num-subsets", "4", "--no-progress",
+                 "--no-eval-zero-shot", "--out-dir", str(tmp_path / "run")]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run"), "--data", str(tmp_path / "heldout.csv")]) == 0
+    assert json.loads(capsys.readouterr().out)["examples"] == 30

@@ -53,9 +53,10 @@ def test_the_own_data_command_trains_on_a_60_row_csv_and_selects_on_dev(tmp_path
 
 def test_the_own_data_command_has_the_quick_start_s_settings(tmp_path, monkeypatch, capsys):
     """The README says its own-data command trains with the quick start's settings: every key of the quick
-    start's recipe but the model, the data and their sizes is the same in the command's config (the sst2
-    task's prompt and verbalizer are the recipe's). Red if a setting of the recipe (clip, eval_every, ...) is
-    left to a default that differs."""
+    start's recipe but the model, the data, their sizes and the prompt is the same in the command's config; the
+    command lets template auto choose the prompt, and the recipe's prompt is one of its candidates. Red if a
+    setting of the recipe (clip, eval_every, lr, ...) is left to a default that differs, or if the recipe's
+    prompt is not among auto's candidates."""
     from paczero.cli import main
     from paczero.config import load_yaml
     from paczero.recipes import resolve_recipe
@@ -68,10 +69,10 @@ def test_the_own_data_command_has_the_quick_start_s_settings(tmp_path, monkeypat
     differ = {k: (v, config[k]) for k, v in recipe.items()
               if k not in ("task", "data", "n_train", "n_dev", "n_test", "template", "verbalizer") and config[k] != v}
     assert differ == {}
-    assert config["template"] is None and config["verbalizer"] is None  # sst2's: the recipe's prompt
-    from paczero.tasks import SST2_TEMPLATE, SST2_VERBALIZER
+    assert config["template"] == "auto" and config["verbalizer"] is None
+    from paczero.tasks.prompts import candidates
 
-    assert recipe["template"] == SST2_TEMPLATE and recipe["verbalizer"] == SST2_VERBALIZER
+    assert {"template": recipe["template"], "verbalizer": recipe["verbalizer"]} in candidates(2)
 
 
 @pytest.mark.slow  # loads SmolLM2-135M and trains 2 steps: about a minute on 2 cores

@@ -104,7 +104,7 @@ def test_a_finished_runs_released_weights_are_evaluated(tmp_path):
 
     cfg = TrainConfig(model="tiny-llama", task="sst2", data=str(DEMO), columns={"sentence": "text"}, n_train=16, mu=1e-3,
                       n_dev=8, n_test=8, mechanism="mezo", steps=3, lr=0.5, eval_every=3, dtype="fp32", clip=25,
-                      progress=False, out_dir=str(tmp_path / "run"))
+                      progress=False, dev_best=False, out_dir=str(tmp_path / "run"))  # the final weights, not the base
     train(cfg, log=lambda *a: None)
     assert main(["regime", str(tmp_path / "trained"), "--run", str(tmp_path / "run"), "--n-train", "12",
                  "--directions", "1", "--n-grid", "12", "--m-grid", "2"]) == 0

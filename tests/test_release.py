@@ -18,7 +18,8 @@ from paczero.train import train
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "use_released_model.py"
 LABELS = ["negative", "positive"]  # not the default verbalizer: a release without them scores other words
 RUN = dict(model="tiny-opt", task="demo", n_train=32, n_dev=16, n_test=40, steps=6, eval_every=3, checkpoint_every=3,
-           num_subsets=4, private_seed=3, progress=False, labels=LABELS, dev_best=False)
+           num_subsets=4, private_seed=3, progress=False, labels=LABELS, verbalizer={0: " negative", 1: " positive"},
+           dev_best=False)
 LR = {"lora": 0.2, "ft": 0.01}  # large enough that the fine-tuned test accuracy differs from the zero-shot one
 SMALL = {**RUN, "n_train": 8, "n_dev": 4, "n_test": 4, "steps": 2, "eval_every": 2, "checkpoint_every": 2}
 
@@ -66,7 +67,7 @@ def test_the_example_script_uses_no_paczero():
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    assert imported <= {"__future__", "argparse", "json", "os", "pathlib", "torch", "transformers", "peft"}, imported
+    assert imported <= {"__future__", "argparse", "csv", "json", "os", "pathlib", "torch", "transformers", "peft"}, imported
 
 
 @pytest.mark.slow
@@ -325,3 +326,42 @@ def test_a_release_of_a_local_file_names_neither_its_path_nor_its_columns(tmp_pa
     shutil.copytree(out / "model", copy)
     assert main(["eval", str(copy)]) == 2
     assert "give --data FILE" in capsys.readouterr().err
+
+
+def test_the_example_script_and_paczero_eval_agree_on_a_csv(small, tmp_path, capsys):
+    """The same CSV (columns review and sentiment, labels by name, a split column whose test rows are scored)
+    through `paczero eval MODEL --data FILE --columns ...` and through examples/use_released_model.py with the
+    same --columns: the same number of rows and the same accuracy. Red if the script cannot read CSV, scores
+    the train rows too, or reads the labels or the columns otherwise than paczero."""
+    import contextlib
+    import io
+    import sys
+
+    from paczero.cli import main
+    from paczero.models import load_model
+    from paczero.tasks.data import DEMO_PATH
+
+    track, out, summary = small
+    rows = [json.loads(line) for line in DEMO_PATH.read_text().splitlines()][:60]
+    data = tmp_path / "heldout.csv"
+    data.write_text("review,sentiment,split\n" + "".join(
+        f"\"{r['text']}\",{LABELS[r['label']]},{'test' if i % 3 else 'train'}\n" for i, r in enumerate(rows)))
+    columns = "sentence=review,label=sentiment"
+    capsys.readouterr()
+    assert main(["eval", str(out / "model"), "--data", str(data), "--columns", columns]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    argv = [str(SCRIPT), str(out / "model"), str(data), "--columns", columns]
+    if track == "lora":  # the tiny base is not on the hub: built as its note says
+        base = tmp_path / "base"
+        load_model("tiny-opt", track="ft", init_seed=summary["config"]["seed"]).model.save_pretrained(base)
+        argv += ["--base-model", str(base)]
+    printed = io.StringIO()
+    old_argv, sys.argv = sys.argv, argv
+    try:
+        with contextlib.redirect_stdout(printed):
+            _script().main()
+    finally:
+        sys.argv = old_argv
+    scored = json.loads(printed.getvalue())
+    assert scored["examples"] == evaluated["examples"] == 40
+    assert round(scored["accuracy"] * 40) == round(evaluated["metrics"]["accuracy"] * 40)  # eval: an fp32 mean

@@ -619,16 +619,20 @@ def test_completion_data_and_its_errors(tmp_path):
 
 
 # -- label names ---------------------------------------------------------------------------
-def test_label_names_name_the_classes_and_default_the_verbalizer(tokenizer, llama, tmp_path):
+def test_label_names_name_the_classes_and_leave_the_answer_words(tokenizer, llama, tmp_path):
     """Label i is the i-th name: a row labelled "positive" is the row labelled 1 (same prompt, same class
-    position, same loss), the verbalizer defaults to " name", a name that is not a label is one error line,
-    and without names the SST-2 verbalizer and integer labels are unchanged."""
+    position, same loss); the names do not become the answer words (the verbalizer stays the task's: red if
+    --labels neg,pos made the options " neg"/" pos"), three names without a verbalizer are one error line, a
+    name that is not a label is one error line, and without names the SST-2 verbalizer and integer labels
+    are unchanged."""
     from paczero.tasks import SST2_VERBALIZER, load_splits
 
     plain = build_task("sst2", tokenizer)
     assert plain.verbalizer == SST2_VERBALIZER and plain.label_names is None
     named = build_task("demo", tokenizer, labels=["negative", "positive"])
-    assert named.verbalizer == {0: " negative", 1: " positive"}
+    assert named.verbalizer == SST2_VERBALIZER
+    with pytest.raises(ValueError, match=r"3 labels need their answer words: give a verbalizer \(e\.g\. 0= a,1= b,2= c\)"):
+        build_task("demo", tokenizer, labels=["a", "b", "c"])
     by_name = [{"sentence": ex["sentence"], "label": ["negative", "positive"][ex["label"]]} for ex in EXAMPLES]
     a, b = named.encode(by_name), named.encode(EXAMPLES)
     assert [e.label for e in a] == [e.label for e in b] and all((x.prompt_ids == y.prompt_ids).all() for x, y in zip(a, b))

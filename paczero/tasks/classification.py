@@ -62,7 +62,8 @@ class ClassificationTask:
     single token, else one row per option) or ``"per_candidate"`` (always one
     row per option; same losses, slower; kept for tests and checks).
     ``label_names`` names the classes (label i is the i-th name): an example's
-    label may then be its name, and the verbalizer defaults to ``" " + name``.
+    label may then be its name. The answer words are the verbalizer's, whatever the names (default: SST-2's
+    ``" terrible"``/``" great"`` for two classes; more classes need a verbalizer).
     """
 
     metric = "accuracy"
@@ -81,9 +82,10 @@ class ClassificationTask:
             label_names = [str(n).strip() for n in label_names]
             if len(label_names) < 2 or len(set(label_names)) < len(label_names) or not all(label_names):
                 raise ValueError(f"labels must be at least two distinct non-empty names, got {label_names}")
-            if verbalizer is None:
-                verbalizer = {i: " " + n for i, n in enumerate(label_names)}
-            elif {int(k) for k in verbalizer} != set(range(len(label_names))):
+            if verbalizer is None and len(label_names) != len(SST2_VERBALIZER):
+                raise ValueError(f"{len(label_names)} labels need their answer words: give a verbalizer (e.g. "
+                                 + ",".join(f"{i}= {n}" for i, n in enumerate(label_names)) + ")")
+            if verbalizer is not None and {int(k) for k in verbalizer} != set(range(len(label_names))):
                 raise ValueError(f"the verbalizer's labels {sorted(verbalizer)} are not the positions 0.."
                                  f"{len(label_names) - 1} of the {len(label_names)} label names")
         self.label_names = label_names

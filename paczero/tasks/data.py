@@ -229,6 +229,18 @@ def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None, classes=
     return {"n_train": len(train), "n_dev": len(dev), "n_test": len(test)}
 
 
+def same_columns(data: str | Path, columns: Mapping[str, str] | None) -> dict | None:
+    """A run's column mapping for another file (``paczero eval --data FILE``) where that file holds every column
+    the mapping names; else None (the task's own field names, and a missing one gets its --columns hint)."""
+    if not columns:
+        return None
+    try:
+        records = read_records(Path(data).expanduser())
+    except ValueError:
+        return None  # the evaluation reads it again and says what is wrong
+    return dict(columns) if records and set(columns.values()) <= set(records[0]) else None
+
+
 def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
     return split_records(task, read_records(path), str(path), n_train, n_dev, n_test, seed, columns, labels, classes)
 
@@ -270,19 +282,37 @@ def canonical_rows(task, records, where, columns, labels=None, classes=None) -> 
     if missing:
         either = " (or a messages column)" if task == "completion" else ""
         unused = sorted(present - set(wanted.values()) - {"split"})
-        hint = ""
-        if len(missing) == 1 and len(unused) == 1:  # one field unnamed, one column unused: they are each other's
-            field = next(f for f, c in wanted.items() if c == missing[0])
-            hint = f"; map it with --columns {field}={unused[0]} (Python: columns={{'{field}': '{unused[0]}'}})"
-        raise ValueError(f"{where} lacks column(s) {missing}{either}; it has {sorted(present)}{hint}")
+        raise ValueError(f"{where} lacks column(s) {missing}{either}; it has {sorted(present)}"
+                         f"{_columns_hint(wanted, missing, present, unused)}")
     rows = []
     for i, record in enumerate(records):
         row = {field: record.get(col) for field, col in wanted.items()}
         if task == "squad":
             row["id"] = str(row["id"]) if row["id"] is not None else str(i)
             row["title"] = row["title"] if row["title"] is not None else ""
-        rows.append(_canonical(task, row, where=f"{where} record {i + 1}", labels=labels, classes=classes))
+        rows.append(_canonical(task, row, where=f"{where} record {i + 1}", labels=labels, classes=classes,
+                               names=wanted))
     return rows
+
+
+def _columns_hint(wanted: Mapping[str, str], missing: list, present: set, unused: list) -> str:
+    """How to fix a file that lacks columns: a header read as one column that holds a ';' or a tab (another
+    delimiter than the file's suffix says), else the --columns mapping (a field for the one unused column, or
+    a field=COLUMN pattern for each missing one)."""
+    if len(present) == 1:
+        header = next(iter(present))
+        for mark, name in ((";", "semicolons"), ("\t", "tabs")):
+            if mark in header:
+                fix = "save it with commas" + (", or name it .tsv" if mark == "\t" else "")
+                return (f"; its header is one column, {header!r}: are its values separated by {name}? A .csv "
+                        f"file is read with commas ({fix})")
+    fields = [next(f for f, c in wanted.items() if c == col) for col in missing]
+    if len(missing) == 1 and len(unused) == 1:  # one field unnamed, one column unused: they are each other's
+        return f"; map it with --columns {fields[0]}={unused[0]} (Python: columns={{'{fields[0]}': '{unused[0]}'}})"
+    if any(f == c for f, c in zip(fields, missing)):  # fields not mapped yet
+        pattern = ",".join(f"{f}=COLUMN" for f in fields)
+        return f"; map them to its columns with --columns {pattern} (Python: columns={{...}})"
+    return ""
 
 
 def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
@@ -352,8 +382,10 @@ def _sample_train_dev(pool, n_train, n_dev, rng, where):
 
 
 def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequence[str] | None = None,
-               classes: frozenset[int] | None = None) -> dict:
-    """The task's canonical fields of ``row`` with normalised types."""
+               classes: frozenset[int] | None = None, names: Mapping[str, str] | None = None) -> dict:
+    """The task's canonical fields of ``row`` with normalised types (``names``: each field's column in the
+    data, for messages)."""
+    names = names or {}
     if task == "completion":
         return _completion(row, where)
     if task in ("sst2", "demo"):
@@ -374,7 +406,7 @@ def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequ
             raise ValueError(f"{where}: label {label} is not one of the labels the verbalizer scores "
                              f"({', '.join(map(str, sorted(classes)))}); give a --verbalizer option (or --labels "
                              "name) for each label")
-        return {"sentence": _text(row["sentence"], "sentence", where), "label": label}
+        return {"sentence": _text(row["sentence"], names.get("sentence", "sentence"), where), "label": label}
     answers = row["answers"]
     if isinstance(answers, Mapping):  # hub format {"text": [...], "answer_start": [...]}
         answers = answers.get("text")
@@ -390,8 +422,8 @@ def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequ
     return {
         "id": str(row["id"]),
         "title": str(row["title"]),
-        "context": _text(row["context"], "context", where),
-        "question": _text(row["question"], "question", where),
+        "context": _text(row["context"], names.get("context", "context"), where),
+        "question": _text(row["question"], names.get("question", "question"), where),
         "answers": answers,
     }
 

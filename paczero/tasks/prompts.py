@@ -1,0 +1,85 @@
+"""The prompt of a classification run: its template, the answer words it scores, where they came from, and
+``template: auto``'s choice among the candidates of ``prompts.yaml`` (next to this file).
+
+:func:`candidates` lists the candidates that fit a run's classes; :func:`choose` keeps the one with the
+lowest zero-shot dev loss (a tie: the earlier in the file), given a function that scores a candidate on dev
+(:func:`paczero.build.build` passes one that reads the dev examples alone); :func:`prompt_record` is what
+run.json, summary.json and the model card state, and :func:`prompt_line` the line a run prints.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+PROMPTS_FILE = Path(__file__).with_name("prompts.yaml")
+LABEL_WORDS = "labels"  # a candidate's verbalizer: the run's label names, each after a space
+
+
+def candidates(num_classes: int, label_names: Sequence[str] | None = None,
+               verbalizer: Mapping[int, str] | None = None, path: Path = PROMPTS_FILE) -> list[dict]:
+    """The candidates of ``path`` that fit a run: ``{"template", "verbalizer"}`` with integer labels, in file
+    order, without repeats. ``verbalizer`` (given by the user) replaces every candidate's words; otherwise a
+    candidate of ``labels`` words applies where the run names its labels, and one of fixed words where it
+    has as many words as the run has classes."""
+    found: list[dict] = []
+    for entry in yaml.safe_load(path.read_text()):
+        words = entry["verbalizer"]
+        if verbalizer is not None:
+            words = dict(verbalizer)
+        elif words == LABEL_WORDS:
+            if not label_names:
+                continue
+            words = {i: " " + str(name).strip() for i, name in enumerate(label_names)}
+        elif len(words) != num_classes:
+            continue
+        candidate = {"template": entry["template"], "verbalizer": {int(k): str(v) for k, v in words.items()}}
+        if candidate not in found:
+            found.append(candidate)
+    if not found:
+        raise ValueError(f"template auto has no candidate for {num_classes} classes without their names: give "
+                         "--labels (the names become candidates' answer words) or --verbalizer")
+    return found
+
+
+def choose(found: Sequence[dict], dev_score: Callable[[dict], dict]) -> tuple[int, list[dict]]:
+    """The index of the candidate with the lowest dev loss (a tie: the earlier), and every candidate with its
+    dev metrics (``dev_score(candidate)``: the zero-shot metrics on dev, never on test)."""
+    scored = [{**c, "dev": dev_score(c)} for c in found]
+    best = min(range(len(scored)), key=lambda i: (scored[i]["dev"]["loss"], i))
+    return best, scored
+
+
+def prompt_record(task, source: str, scored: Sequence[dict] | None = None) -> dict[str, Any]:
+    """What a classification run states about its prompt: ``template``, ``verbalizer`` (label -> answer word,
+    keys as JSON writes them), ``labels`` (the names, or None), ``source`` ("auto": chosen on dev;
+    "config": set by the run's settings; "task default") and, for auto, ``candidates`` with their dev metrics."""
+    record = {"template": task.template, "verbalizer": {str(k): v for k, v in sorted(task.verbalizer.items())},
+              "labels": list(task.label_names) if task.label_names else None, "source": source}
+    if scored is not None:
+        record["candidates"] = [{"template": c["template"],
+                                 "verbalizer": {str(k): v for k, v in sorted(c["verbalizer"].items())},
+                                 "dev": c["dev"]} for c in scored]
+    return record
+
+
+def answer_words(record: Mapping) -> str:
+    """``neg " terrible", pos " great"`` (label names where given, else the integer labels)."""
+    names = record.get("labels") or []
+    return ", ".join(f"{names[int(k)] if int(k) < len(names) else k} {json.dumps(v)}"
+                     for k, v in record["verbalizer"].items())
+
+
+def prompt_line(record: Mapping) -> str:
+    """The one line a run prints about its prompt: the template, the answer words and where they came from."""
+    how = {"config": "as set", "task default": "the task's default"}.get(record["source"], "")
+    if record["source"] == "auto":
+        chosen = next(c for c in record["candidates"]
+                      if c["template"] == record["template"] and c["verbalizer"] == record["verbalizer"])
+        others = sorted(c["dev"]["loss"] for c in record["candidates"] if c is not chosen)
+        how = (f"chosen on dev by template auto among {len(record['candidates'])} candidates: dev loss "
+               f"{chosen['dev']['loss']:.3f}" + (f", the others {others[0]:.3f}-{others[-1]:.3f}" if others else "")
+               + "; run.json prompt")
+    return f"paczero: prompt {json.dumps(record['template'])}, answer words {answer_words(record)} ({how})"
