@@ -32,7 +32,7 @@ TASKS = ("sst2", "squad", "demo", "completion")
 CLASSIFICATION_TASKS = ("sst2", "demo")
 LR_SCHEDULES = ("constant", "linear", "polynomial")
 ANSWER_STOPS = ("newline-token", "any-newline")  # squad: where a generated answer ends (paczero/tasks/qa.py)
-REPORT_TO = ("none", "tensorboard", "wandb")  # live monitoring of a run's public values (paczero/trackers.py)
+REPORT_TO = ("none", "tensorboard", "wandb")  # live monitoring of a run's public values (paczero/run/trackers.py)
 
 
 class ConfigError(ValueError):
