@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from paczero.mechanisms import PacMI, PacZPL  # noqa: E402
 from paczero.privacy import binary_entropy, binary_mi, sigma_for_mi  # noqa: E402
-from paczero.subsets import balanced_design  # noqa: E402
+from paczero.privacy.subsets import balanced_design  # noqa: E402
 
 
 def per_call_us(fn, args, repeat=3):

@@ -29,7 +29,7 @@ sys.exit(2)
 
 def exit_codes(mode: str, runs: int) -> dict[int, int]:
     """The exit codes of ``runs`` pairs of ranks that end in ``mode``, counted (2: a clean exit)."""
-    from paczero.distributed import free_port
+    from paczero.run.distributed import free_port
 
     counted: Counter = Counter()
     for _ in range(runs):

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paczero.build import Given
+from paczero.run.build import Given
 from paczero.config import ConfigError, TrainConfig
 
 #: what ``eval_dataset`` and ``test_dataset`` rows become: rows of a data file's ``split`` column
@@ -115,7 +115,7 @@ class PACZeroTrainer:
             raise
 
     def _train(self, resume: bool | None, log) -> TrainResult:
-        from paczero.release import check_push_possible, push_finished_run
+        from paczero.run.release import check_push_possible, push_finished_run
         from paczero.train import train
 
         cfg = self.config if resume is None else self.config.replace(resume=resume)

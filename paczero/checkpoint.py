@@ -7,10 +7,10 @@ A run directory holds::
     log.jsonl           one public record per step (the transcript and diagnostics)
     private/            mode 0700: what no one else may read or see the size of
       journal.jsonl     mode 0600: each step's record and the mechanism's state after it, written
-                        before the record reaches log.jsonl (paczero.journal: a logged step is final);
+                        before the record reaches log.jsonl (paczero.run.journal: a logged step is final);
                         every number fixed-width, so its size says nothing of j*
       stage/            a DP run's folder until the run ends: every file below is written here first and
-                        published once, at the end, as fresh copies (paczero.publish)
+                        published once, at the end, as fresh copies (paczero.run.publish)
     evals.jsonl         one record per evaluation
     checkpoints/step-NNNNNN/   (checkpoints/ mode 0700)
         weights.safetensors   trainable parameters only (LoRA: the adapters)
@@ -21,8 +21,8 @@ A run directory holds::
     best/weights.safetensors  dev-best trainable weights (selection reads dev metrics only)
     selected.safetensors      the released trainable weights (dev-best, or final)
     rungs/step-N/weights.safetensors, rungs.jsonl
-                              a T-ladder's weights at each rung and their evaluations (paczero.rungs)
-    model/                    the released model (paczero.release): save_pretrained format, task.json,
+                              a T-ladder's weights at each rung and their evaluations (paczero.run.rungs)
+    model/                    the released model (paczero.run.release): save_pretrained format, task.json,
                               a model card (README.md); every file 0644
     summary.json        config, metrics, privacy statement
 
@@ -52,7 +52,7 @@ MARKER = "paczero-run"
 KEEP = 2
 #: every name a run writes in its folder (docs/outputs.md), besides its lock: what ``--overwrite`` deletes
 PRIVATE_DIR = "private"
-#: where a DP run writes until it ends (paczero.publish): inside ``private/``, so no one else sees it grow
+#: where a DP run writes until it ends (paczero.run.publish): inside ``private/``, so no one else sees it grow
 STAGE_DIR = f"{PRIVATE_DIR}/stage"
 RUN_FILES = ("run.json", "log.jsonl", PRIVATE_DIR, "journal.jsonl", "evals.jsonl", "checkpoints", "best", "selected.safetensors",
              "model", "summary.json", "rungs", "rungs.jsonl", "curves.png", "tensorboard", "wandb")
@@ -151,7 +151,7 @@ def save_weights(path: Path, tensors: dict) -> None:
 
 def set_times(run_dir: Path, when: float) -> None:
     """Give every file and folder of the run (the folder itself included) the access and modification time
-    ``when``; each one's change time becomes now (paczero.publish)."""
+    ``when``; each one's change time becomes now (paczero.run.publish)."""
     for path in [Path(run_dir), *Path(run_dir).rglob("*")]:
         os.utime(path, (when, when), follow_symlinks=False)
 

@@ -203,13 +203,13 @@ def _cmd_train(ns) -> int:
     try:
         cfg = config_from_args(ns)
     except ValueError as e:  # under torchrun the other ranks (on other nodes too) stop with this one
-        from paczero.distributed import stop_ranks
+        from paczero.run.distributed import stop_ranks
 
         stop_ranks(e, getattr(ns, "device", None))
     if ns.print_config:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0
-    from paczero.release import PushError, check_push_possible, push_finished_run
+    from paczero.run.release import PushError, check_push_possible, push_finished_run
     from paczero.train import train
 
     check_push_possible(cfg)
@@ -237,7 +237,7 @@ def _cmd_eval(ns) -> int:
 
 
 def _cmd_push(ns) -> int:
-    from paczero.release import PushError, push
+    from paczero.run.release import PushError, push
 
     try:
         url = push(ns.target, ns.repo_id, private=ns.private, commit_message=ns.commit_message)
@@ -290,8 +290,8 @@ def _cmd_recipes(ns) -> int:
 
 
 def _cmd_sweep(ns) -> int:
-    from paczero.slurm import slurm_parameters
-    from paczero.sweep import parse_overrides, sweep
+    from paczero.experiments.slurm import slurm_parameters
+    from paczero.experiments.sweep import parse_overrides, sweep
 
     given = {k: v for k, v in (("partition", ns.partition), ("timeout_min", ns.timeout_min),
                                ("gpus_per_node", ns.gpus_per_node), ("cpus_per_task", ns.cpus_per_task),
@@ -311,7 +311,7 @@ def _cmd_sweep(ns) -> int:
 
 
 def _cmd_report(ns) -> int:
-    from paczero.report import write_report
+    from paczero.experiments.report import write_report
 
     import shlex
 
@@ -324,12 +324,12 @@ def _cmd_report(ns) -> int:
 
 
 def _cmd_audit(ns) -> int:
-    from paczero.audit import audit, format_report
+    from paczero.audit.membership import audit, format_report
 
     if ns.bootstrap < 1:
         raise ValueError(f"--bootstrap must be >= 1, got {ns.bootstrap}")
     if ns.heldout:
-        from paczero.heldout import format_heldout, heldout_audit
+        from paczero.audit.heldout import format_heldout, heldout_audit
 
         if ns.reveal_secret or ns.last_bits:
             raise ConfigError("--heldout is an audit of its own (not with --reveal-secret or --last-bits): "
@@ -337,7 +337,7 @@ def _cmd_audit(ns) -> int:
         found = heldout_audit(ns.run_dirs, bootstrap=ns.bootstrap)
         print(json.dumps(found, indent=1) if ns.json else format_heldout(found))
         return 0
-    from paczero.lsb_attack import audit_transcript, format_transcript_audit
+    from paczero.audit.lsb_attack import audit_transcript, format_transcript_audit
 
     if ns.last_bits and ns.reveal_secret:
         raise ConfigError("--last-bits reads only published values: it has no secret to reveal")
@@ -364,8 +364,8 @@ def _cmd_bench(ns) -> int:
 
 # ---------------------------------------------------------------------------- paczero regime
 def _add_regime(sub) -> None:
-    """`paczero regime`: the share of unanimous directions for every N and M of a grid (paczero/regime.py)."""
-    from paczero.regime import DEFAULT_M_GRID, DEFAULT_N_GRID
+    """`paczero regime`: the share of unanimous directions for every N and M of a grid (paczero/experiments/regime.py)."""
+    from paczero.experiments.regime import DEFAULT_M_GRID, DEFAULT_N_GRID
 
     p = sub.add_parser("regime", help="how often PAC's M subset signs agree, for every universe size N and subset "
                        "count M of a grid, from a model's per-example scalars (no training)",
@@ -392,7 +392,7 @@ def _add_regime(sub) -> None:
 
 
 def _cmd_regime(ns) -> int:
-    from paczero.regime import regime_command
+    from paczero.experiments.regime import regime_command
 
     return regime_command(ns)
 

@@ -33,7 +33,7 @@ CLASSIFICATION_TASKS = ("sst2", "demo")
 AUTO = "auto"  # template auto: the prompt and its answer words chosen zero-shot on dev (paczero/tasks/prompts.py)
 LR_SCHEDULES = ("constant", "linear", "polynomial")
 ANSWER_STOPS = ("newline-token", "any-newline")  # squad: where a generated answer ends (paczero/tasks/qa.py)
-REPORT_TO = ("none", "tensorboard", "wandb")  # live monitoring of a run's public values (paczero/trackers.py)
+REPORT_TO = ("none", "tensorboard", "wandb")  # live monitoring of a run's public values (paczero/run/trackers.py)
 
 
 class ConfigError(ValueError):

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.config import ConfigError, TrainConfig
-from paczero.release import TASK_FILE, attach_adapter, released_config
+from paczero.run.release import TASK_FILE, attach_adapter, released_config
 
 
 def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, Any] | None = None) -> dict:
@@ -22,7 +22,7 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
     """
     from paczero.checkpoint import load_latest_checkpoint
     from paczero.models import trainable_parameters
-    from paczero.build import build, evaluate, load_trainable, refuse_in_memory
+    from paczero.run.build import build, evaluate, load_trainable, refuse_in_memory
     from paczero.tasks.data import same_columns
 
     overrides = dict(overrides or {})
@@ -81,7 +81,7 @@ def evaluate_target(target: str, *, split: str = "both", overrides: dict[str, An
 
 def _whole_file(cfg: TrainConfig) -> tuple[list, list, list]:
     """Every example of ``cfg.data`` (its test rows where it has a split column), as the test set."""
-    from paczero.build import classes_of
+    from paczero.run.build import classes_of
     from paczero.tasks import load_splits
     from paczero.tasks.data import read_records
 

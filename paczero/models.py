@@ -294,8 +294,8 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
-    if dtype == "auto":  # bf16 where the device computes it natively, else fp32 (paczero/hardware.py)
-        from paczero.hardware import native_bf16
+    if dtype == "auto":  # bf16 where the device computes it natively, else fp32 (paczero/machine/hardware.py)
+        from paczero.machine.hardware import native_bf16
 
         dtype = "bf16" if native_bf16(device)[0] else "fp32"
     if dtype not in DTYPES:

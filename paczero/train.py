@@ -1,7 +1,7 @@
 """The training loop: Algorithm 1 of the paper, one step after another.
 
 Read top to bottom: ``_train`` sets up (config, run folder, model, data, mechanism), resumes
-(:mod:`paczero.resume`) or begins, evaluates zero-shot, then runs ``_loop``: for each step t
+(:mod:`paczero.run.resume`) or begins, evaluates zero-shot, then runs ``_loop``: for each step t
 
 1. ask the mechanism which examples to score (PAC: the whole universe U);
 2. compute the per-sample two-point scalars for each of the K public directions;
@@ -24,23 +24,23 @@ from typing import Any
 
 import numpy as np
 
-from paczero.build import (Given, Setup, build_together, environment, evaluate, load_trainable, near_chance,
+from paczero.run.build import (Given, Setup, build_together, environment, evaluate, load_trainable, near_chance,
                            small_splits_note, split_sizes, step_batches, trainable_state)
 from paczero.tasks.prompts import prompt_line
-from paczero import resume
+from paczero.run import resume
 from paczero.checkpoint import (MARKER, atomic_json, clear_run_dir, prepare_run_dir, run_record, save_checkpoint,
                                 set_times)
-from paczero.curves import write_run_curves
-from paczero.step_record import step_record
+from paczero.run.curves import write_run_curves
+from paczero.run.step_record import step_record
 from paczero.config import AUTO, DP_MECHANISMS, FIRST_ORDER, TrainConfig
-from paczero.journal import Journal, check_resumed_config, recorded_data
-from paczero.publish import make_stage, publish, working_dir
-from paczero.rungs import Ladder, log_line, read_rungs, rungs_privacy
-from paczero.stop import StopRequest
-from paczero.trackers import check_report_to, open_tracker
-from paczero.release import write_release
-from paczero.selection import base_released_line, better, recorded_dev, save_best, save_selected, selection_metric
-from paczero.statement import privacy_statement_text, secret_source
+from paczero.run.journal import Journal, check_resumed_config, recorded_data
+from paczero.run.publish import make_stage, publish, working_dir
+from paczero.run.rungs import Ladder, log_line, read_rungs, rungs_privacy
+from paczero.run.stop import StopRequest
+from paczero.run.trackers import check_report_to, open_tracker
+from paczero.run.release import write_release
+from paczero.run.selection import base_released_line, better, recorded_dev, save_best, save_selected, selection_metric
+from paczero.privacy.statement import privacy_statement_text, secret_source
 
 _log = logging.getLogger(__name__)  # warnings: on stderr (the CLI prints them as "paczero: warning: ...")
 
@@ -59,14 +59,14 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Generator,
                    design: np.ndarray | None = None, secret_rng=None):
     """The configured mechanism. The candidate design and the secret index j* come from ``secret_rng``
-    (a key of their own, :func:`paczero.subsets.secret_generator`; default: ``private_rng``), the
+    (a key of their own, :func:`paczero.privacy.subsets.secret_generator`; default: ``private_rng``), the
     coins, noise and Poisson masks from ``private_rng``.
 
     ``design`` is given when resuming (the checkpoint's design); otherwise it is drawn. A resumed
     mechanism's j* comes from its saved state.
     """
     from paczero.mechanisms import build_mechanism
-    from paczero.subsets import balanced_design
+    from paczero.privacy.subsets import balanced_design
 
     name = cfg.mechanism
     if name in DP_MECHANISMS:
@@ -100,13 +100,13 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
 def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict[str, Any]:
     """Run (or resume) one fine-tuning run; return the run summary (also written to summary.json).
     ``given``: a model, tokenizer or examples given in memory in place of the config's (paczero.api)."""
-    from paczero.distributed import init_from_env, stop_ranks
-    from paczero.hardware import fit_to_machine, omp_threads
-    from paczero.thread_share import ThreadShare
+    from paczero.run.distributed import init_from_env, stop_ranks
+    from paczero.machine.hardware import fit_to_machine, omp_threads
+    from paczero.machine.thread_share import ThreadShare
 
     try:
         cfg = config.validate()
-        check_report_to(cfg)  # the tracker's library is installed (paczero/trackers.py)
+        check_report_to(cfg)  # the tracker's library is installed (paczero/run/trackers.py)
     except ValueError as e:  # under torchrun the other ranks stop with this one (as in `paczero train`)
         stop_ranks(e, config.device)
     if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
@@ -119,7 +119,7 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
     try:
         run_dir, lock = _claim_run_dir(cfg, ranks, given)
         if not ranks.is_main:  # the other ranks score their share of U and apply rank 0's release; no secret
-            from paczero.distributed import run_follower
+            from paczero.run.distributed import run_follower
             return run_follower(cfg, ranks)
         with ThreadShare(cfg.threads or omp_threads()):  # threads shared with paczero runs on the same cores
             return _train(cfg, ranks, run_dir, log, given)
@@ -136,7 +136,7 @@ def _resolved(path: str) -> str:
 def _claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
     """Rank 0's output folder, checked and locked (``(None, None)`` on the other ranks). The cheap checks
     come first; under torchrun every rank learns of any rank's bad input (``ranks.agree``)."""
-    from paczero.distributed import shared_settings
+    from paczero.run.distributed import shared_settings
     from paczero.models import check_model_source
 
     problem, run_dir, lock = None, None, None
@@ -166,7 +166,7 @@ def _claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
 
 def _train(cfg: TrainConfig, ranks, out_dir: Path, log, given: Given | None = None) -> dict[str, Any]:
     """Set up, resume or begin, evaluate zero-shot, run the loop, finish: each a named call. A DP run writes
-    in its private stage and publishes into ``out_dir`` at the end (paczero/publish.py)."""
+    in its private stage and publishes into ``out_dir`` at the end (paczero/run/publish.py)."""
     run_dir = working_dir(cfg, out_dir)
     run, resumed = _set_up(cfg, ranks, run_dir, log, given)  # model, data, directions, mechanism
     cfg = run.cfg  # template auto: with the prompt chosen on dev
@@ -178,7 +178,7 @@ def _train(cfg: TrainConfig, ranks, out_dir: Path, log, given: Given | None = No
     run.open_journal(resumed)
     run.evaluate_zero_shot()
     run.ladder = Ladder(cfg, run.setup, run_dir, run.params, upto=run.start)  # T-ladder rungs, if any
-    run.tracker = open_tracker(cfg, run_dir, run.mechanism)  # report_to: the public values (paczero/trackers.py)
+    run.tracker = open_tracker(cfg, run_dir, run.mechanism)  # report_to: the public values (paczero/run/trackers.py)
     if resumed is not None:
         resume.replay(run, resumed)  # the logged steps after the checkpoint, from their published updates
     ranks.agree("directions", run.perturber.directions)
@@ -262,7 +262,7 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     """The run's model, data, directions and mechanism (on a resume: on the original run's design), and
     the resume point (None for a new run)."""
     from paczero.models import compile_body, trainable_parameters
-    from paczero.subsets import private_generator, secret_generator
+    from paczero.privacy.subsets import private_generator, secret_generator
     from paczero.zo import Perturber
 
     t_setup = time.time()
@@ -311,7 +311,7 @@ def _begin(run: Run) -> None:
 def _loop(run: Run) -> tuple[int, bool]:
     """Steps ``run.start`` .. T-1 of Algorithm 1; returns (steps done, whether a stop request ended it early)."""
     from paczero.fo.dpsgd_step import dpsgd_step
-    from paczero.thread_share import refresh as refresh_threads
+    from paczero.machine.thread_share import refresh as refresh_threads
 
     cfg, setup, mechanism, ranks = run.cfg, run.setup, run.mechanism, run.ranks
     task = setup.task
@@ -394,8 +394,8 @@ def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
     summary = None if stopped else finish(run.setup, run.run_dir, run.params, run.mechanism, run.best,
                                           run.zero_shot, run.cum_time, run.log)
     run.tracker.close(summary)
-    write_run_curves(run.run_dir)  # RUN/curves.png, from the public files (paczero/curves.py)
-    if not stopped and run.run_dir != run.out_dir:  # a DP run's outputs, published at once (paczero/publish.py)
+    write_run_curves(run.run_dir)  # RUN/curves.png, from the public files (paczero/run/curves.py)
+    if not stopped and run.run_dir != run.out_dir:  # a DP run's outputs, published at once (paczero/run/publish.py)
         publish(run.run_dir, run.out_dir)
     elif not stopped and _private_batches(run.cfg):  # a DP run an earlier paczero began in place: one time for all
         set_times(run.run_dir, time.time())
@@ -453,10 +453,10 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         summary["ood_test"] = evaluate(setup, setup.ood_enc)
         log(f"fine-tuned ood test {_fmt(summary['ood_test'])} ({cfg.ood_data})")
     if cfg.heldout_attack:  # the loss attack on the released weights: U's records vs the held-out test records
-        from paczero.heldout import run_heldout_attack
+        from paczero.audit.heldout import run_heldout_attack
 
         summary["heldout_attack"] = run_heldout_attack(setup, run_dir, log, private=_private_batches(cfg))
-    if cfg.rungs:  # the ladder: the weights of this one trajectory at each rung (paczero/rungs.py)
+    if cfg.rungs:  # the ladder: the weights of this one trajectory at each rung (paczero/run/rungs.py)
         summary["rungs"] = read_rungs(run_dir)
     write_release(setup, run_dir / "model", summary)  # weights, tokenizer, task.json, model card
     atomic_json(run_dir / "summary.json", summary)

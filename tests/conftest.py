@@ -15,10 +15,10 @@ def _tokenizer_cache():
 def _cpu_without_native_bf16():
     """Every test runs as on a CPU without native bf16, whatever the host: ``dtype: auto`` is fp32, as the
     tests' exact figures assume. The flags are given by ``PACZERO_CPU_FLAGS`` (empty: none), which
-    ``paczero.hardware.cpu_flags`` reads in this process and in every ``paczero`` process a test starts, so a
+    ``paczero.machine.hardware.cpu_flags`` reads in this process and in every ``paczero`` process a test starts, so a
     subprocess training resolves auto as the test does (tests/test_hardware.py names other flags where it
     needs them). Session-wide, so that module fixtures (a run several tests read) are made under it too."""
-    from paczero.hardware import CPU_FLAGS_ENV
+    from paczero.machine.hardware import CPU_FLAGS_ENV
 
     patch = pytest.MonkeyPatch()
     patch.setenv(CPU_FLAGS_ENV, "")

@@ -1,7 +1,7 @@
 """A secret generator that keeps a run's own secret stream (its design) but returns a chosen j*: the tests that
 compare runs differing only in j* (tests/test_side_channels.py, tests/test_coin_step.py) install it with
-``monkeypatch.setattr(paczero.subsets, "secret_generator", forced(j))``."""
-from paczero.secure_random import SecureGenerator
+``monkeypatch.setattr(paczero.privacy.subsets, "secret_generator", forced(j))``."""
+from paczero.privacy.secure_random import SecureGenerator
 
 
 class ForcedSecret(SecureGenerator):
@@ -16,5 +16,5 @@ class ForcedSecret(SecureGenerator):
 
 
 def forced(secret: int):
-    """The replacement of ``paczero.subsets.secret_generator`` that gives j* = ``secret``."""
+    """The replacement of ``paczero.privacy.subsets.secret_generator`` that gives j* = ``secret``."""
     return lambda seed: ForcedSecret(seed, secret)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from paczero import ConfigError, PACZeroTrainer
-from paczero.build import Given, build, data_fingerprint
+from paczero.run.build import Given, build, data_fingerprint
 from paczero.config import TrainConfig
 from paczero.models import load_tokenizer, trainable_parameters
 
@@ -108,7 +108,7 @@ def test_eval_of_a_released_adapter_knows_a_base_loaded_from_the_offline_smollm2
     --base-model, while an object with any other name_or_path still needs it. Red if every model given in
     memory counts as unpublished."""
     from paczero.models import SMOLLM2, cache_dir
-    from paczero.release import released_config
+    from paczero.run.release import released_config
 
     data = tmp_path / "heldout.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in ROWS))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from paczero.audit import PRIVATE_WARNING, audit, auc, collect_run, format_report, hoeffding, wilson
+from paczero.audit.membership import PRIVATE_WARNING, audit, auc, collect_run, format_report, hoeffding, wilson
 from paczero.cli import main
 from paczero.config import TrainConfig
 from paczero.train import train
@@ -168,8 +168,8 @@ def test_last_bits_audit_finds_nothing_on_a_run_and_the_leak_on_float_values(mi_
     The same log with each y~ replaced by s_{j*} + sigma * z from the float sampler (what the mechanism
     published when it drew float noise): the audit decides at least a fifth of them. Red when
     a release is published off its grid, or when the audit ignores the logged grid."""
-    from paczero.lsb_attack import audit_transcript
-    from paczero.secure_random import SecureGenerator
+    from paczero.audit.lsb_attack import audit_transcript
+    from paczero.privacy.secure_random import SecureGenerator
 
     assert main(["audit", str(mi_run), "--last-bits", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)[str(mi_run)]
@@ -201,8 +201,8 @@ def test_last_bits_audit_of_dp_runs_checks_every_coefficient(tmp_path, capsys, o
     coefficient moved by one ulp, or every coefficient replaced by a float-noise value with the same sigma
     (what the mechanisms published with float samplers), is found off the grid. Red when a DP coefficient is
     published off its integer grid, or when the check accepts any float (the ulp and float controls)."""
-    from paczero.lsb_attack import audit_transcript
-    from paczero.secure_random import SecureGenerator
+    from paczero.audit.lsb_attack import audit_transcript
+    from paczero.privacy.secure_random import SecureGenerator
 
     run = tmp_path / "dp"
     train(TrainConfig(model="tiny-llama", task="demo", n_train=16, n_dev=4, n_test=4, steps=6, mechanism=mechanism,

@@ -252,13 +252,11 @@ def test_the_floor_against_a_plain_transformers_forward():
     assert "floor/plain" in table([res])
 
 
-def test_the_built_wheel_runs_paczero_bench_outside_the_source_tree(tmp_path):
-    """The wheel holds ``paczero bench``: built from this checkout (``pip wheel``), installed with no
-    dependencies into a fresh venv (which sees this environment's torch and transformers through a path
-    file, not this checkout), ``paczero bench --model tiny-llama --track lora --n 16 --steps 1`` runs in a
-    folder outside the source tree, from the installed package, and prints its ratio. Red when the
-    benchmark is left out of the wheel (it lived in the checkout's benchmarks/) or imports from outside
-    the package."""
+@pytest.fixture(scope="module")
+def installed_wheel(tmp_path_factory):
+    """The wheel built from this checkout (``pip wheel``), installed with no dependencies into a fresh venv (which
+    sees this environment's torch and transformers through a path file, not this checkout): the venv, a folder
+    outside the source tree to run in, and the environment to run with."""
     import os
     import site
     import subprocess
@@ -266,6 +264,7 @@ def test_the_built_wheel_runs_paczero_bench_outside_the_source_tree(tmp_path):
 
     import shutil
 
+    tmp_path = tmp_path_factory.mktemp("wheel")
     root = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     src = tmp_path / "src"  # a copy of what the wheel is built from: no build/ of an earlier build comes along
@@ -287,8 +286,20 @@ def test_the_built_wheel_runs_paczero_bench_outside_the_source_tree(tmp_path):
                    env=env, capture_output=True)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    where = subprocess.run([str(py), "-c", "import paczero.bench; print(paczero.bench.__file__)"], cwd=work,
-                           env=env, capture_output=True, text=True, check=True).stdout.strip()
+    return venv, work, env
+
+
+def test_the_built_wheel_runs_paczero_bench_outside_the_source_tree(installed_wheel):
+    """The wheel holds ``paczero bench``: ``paczero bench --model tiny-llama --track lora --n 16 --steps 1`` runs in
+    a folder outside the source tree, from the installed package, and prints its ratio. Red when the
+    benchmark is left out of the wheel (it lived in the checkout's benchmarks/) or imports from outside
+    the package."""
+    import subprocess
+
+    venv, work, env = installed_wheel
+    root = Path(__file__).resolve().parents[1]
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import paczero.bench; print(paczero.bench.__file__)"],
+                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where).is_relative_to(venv) and not Path(where).is_relative_to(root)
     out = subprocess.run([str(venv / "bin" / "paczero"), "bench", "--model", "tiny-llama", "--track", "lora",
                           "--n", "16", "--steps", "1"], cwd=work, env=env, capture_output=True, text=True,
@@ -297,6 +308,45 @@ def test_the_built_wheel_runs_paczero_bench_outside_the_source_tree(tmp_path):
     assert "ratio" in out.stderr and "floor/plain" in out.stderr
     row = [line for line in out.stdout.splitlines() if line.startswith("| tiny-llama")]
     assert len(row) == 1 and float(row[0].split("|")[8]) > 0  # the ratio column
+
+
+#: the public names (README, docs/api.md) and a module of every room, imported from the installed wheel
+PUBLIC_IMPORTS = """
+from paczero import PACZeroTrainer, TrainResult, TrainConfig, ConfigError
+import paczero.models, paczero.config, paczero.train, paczero.cli, paczero.evaluate
+assert callable(paczero.models.load_model) and callable(paczero.train.train)
+assert paczero.config.TrainConfig is TrainConfig
+from paczero.run.build import build
+from paczero.machine.hardware import set_threads
+from paczero.privacy.subsets import balanced_design
+from paczero.privacy.statement import privacy_statement_text
+from paczero.audit.membership import audit
+from paczero.audit.heldout import heldout_audit
+from paczero.audit.lsb_attack import audit_transcript
+from paczero.experiments.sweep import sweep
+from paczero.experiments.report import write_report
+from paczero.experiments.regime import regime_command
+from paczero.recipes import list_recipes
+assert list_recipes()
+print(paczero.models.__file__)
+"""
+
+
+def test_the_built_wheel_serves_the_public_imports_and_every_room(installed_wheel):
+    """From the installed wheel, outside the source tree: ``from paczero import PACZeroTrainer``,
+    ``paczero.models.load_model``, ``paczero.config.TrainConfig``, ``paczero.train.train``, a module of every room
+    (run, machine, privacy, audit, experiments) and the recipes; ``python -m paczero --version`` and the ``paczero``
+    command. Red when a room is left out of the wheel or a public path moved."""
+    import subprocess
+
+    venv, work, env = installed_wheel
+    py = str(venv / "bin" / "python")
+    out = subprocess.run([py, "-c", PUBLIC_IMPORTS], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert Path(out.stdout.strip()).is_relative_to(venv)
+    for cmd in ([py, "-m", "paczero", "--version"], [str(venv / "bin" / "paczero"), "--version"]):
+        done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and "paczero" in (done.stdout + done.stderr).lower(), done.stderr[-2000:]
 
 
 def test_gloo_exit_counts_the_exit_codes_of_each_pair_of_ranks(capsys):

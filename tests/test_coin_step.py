@@ -15,7 +15,7 @@ import pytest
 from paczero.config import ConfigError, TrainConfig
 from paczero.mechanisms import Hybrid, PacMI, PacZPL
 from paczero.mechanisms.base import Release
-from paczero.subsets import balanced_design
+from paczero.privacy.subsets import balanced_design
 
 N, D, M, T, MU, LR = 6, 3, 4, 40, 1e-3, 0.05
 TARGETS = np.array([[1.0, 0.0, 0.0], [0.9, 0.2, 0.0], [1.1, -0.1, 0.1],
@@ -181,7 +181,7 @@ def test_a_skip_run_through_the_training_loop_releases_the_same_weights_for_ever
     depends on j*, and every check of the log stays green)."""
     import json
 
-    import paczero.subsets as subsets
+    import paczero.privacy.subsets as subsets
     from forced_secret import forced
     from paczero.train import train
 

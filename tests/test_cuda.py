@@ -11,7 +11,7 @@ import torch
 
 from paczero.config import TrainConfig
 from paczero.models import load_model, trainable_parameters
-from paczero.report import read_log
+from paczero.experiments.report import read_log
 from paczero.tasks import build_task, load_splits
 from paczero.train import train
 from paczero.zo import Perturber, two_point_scalars

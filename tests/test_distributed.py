@@ -9,7 +9,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from paczero.config import DP_MECHANISMS, TrainConfig
-from paczero.distributed import free_port, shard_batches, shard_plan
+from paczero.run.distributed import free_port, shard_batches, shard_plan
 
 
 class _B:
@@ -44,7 +44,7 @@ def _config(out_dir: str) -> TrainConfig:
 def _rank(rank: int, world: int, port: int, out_dir: str, other_directions_rank: int = -1) -> None:
     import torch.distributed as tdist
 
-    import paczero.subsets
+    import paczero.privacy.subsets
     import paczero.train
 
     torch.set_num_threads(1)
@@ -58,7 +58,7 @@ def _rank(rank: int, world: int, port: int, out_dir: str, other_directions_rank:
         def forbidden(*a, **k):
             raise AssertionError("a rank other than 0 touched private state")
         paczero.train.make_mechanism = forbidden
-        paczero.subsets.private_generator = forbidden
+        paczero.privacy.subsets.private_generator = forbidden
     try:
         out = paczero.train.train(_config(out_dir), log=lambda *a: None)
         assert ("privacy" in out) == (rank == 0)
@@ -285,7 +285,7 @@ def test_bad_input_on_one_node_stops_every_node(tmp_path):
 def test_the_compared_settings_never_carry_the_private_seed():
     """What rank 0 sends the others before the first step holds the settings of the computation and the
     libraries' versions, and not the private seed (nor the run folder or the data's path)."""
-    from paczero.distributed import UNCOMPARED_KEYS, shared_settings
+    from paczero.run.distributed import UNCOMPARED_KEYS, shared_settings
 
     cfg = _config("/runs/x").replace(private_seed=987654321, data="/data/a.jsonl")
     sent = json.dumps(shared_settings(cfg))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from paczero.build import build
+from paczero.run.build import build
 from paczero.cli import main
 from paczero.config import TrainConfig
 from paczero.mechanisms.base import Release

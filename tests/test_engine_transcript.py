@@ -16,7 +16,7 @@ A run has two parts, pinned in two ways:
   (``paczero.train.make_mechanism``, the same private seed): the examples each step scores, every bit,
   branch, coefficient, grid, noised value ỹ, agreement and unanimity figure, the learning rate and the MI
   charged are compared exactly, and so is σ: the released scale is the calibrated one rounded up to 20
-  significant bits (``paczero.exact_noise.public_sigma``), and the exact sampler's draw depends on every
+  significant bits (``paczero.privacy.exact_noise.public_sigma``), and the exact sampler's draw depends on every
   bit of it. β, q⁺, the posterior mean and the MI charges go through numpy/scipy transcendental functions
   (exp, log, quadrature) whose last bits belong to the libraries and to the CPU (numpy's dispatched loops,
   the BLAS kernels): those to ``FLOAT64_RTOL``.
@@ -52,8 +52,8 @@ import torch
 
 from paczero import train as train_module
 from paczero.config import TrainConfig
-from paczero.step_record import step_record
-from paczero.subsets import private_generator, secret_generator
+from paczero.run.step_record import step_record
+from paczero.privacy.subsets import private_generator, secret_generator
 from paczero.train import lr_at, make_mechanism, train
 
 DATA = Path(__file__).parent / "data" / "engine_transcripts.json"

@@ -1,4 +1,4 @@
-"""The exact samplers and the accounting of the channel that runs (paczero.exact_noise, discrete_binary_mi).
+"""The exact samplers and the accounting of the channel that runs (paczero.privacy.exact_noise, discrete_binary_mi).
 
 Each sampler is compared with its probability mass function computed here from the definition; the
 lattice channel's MI with 40-digit mpmath sums over the lattice, written here independently.
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from paczero.exact_noise import (GRID_BITS, MAX_SIGMA, SIGMA_BITS, bernoulli_exp, bernoulli_mask, discrete_gaussian,
+from paczero.privacy.exact_noise import (GRID_BITS, MAX_SIGMA, SIGMA_BITS, bernoulli_exp, bernoulli_mask, discrete_gaussian,
                                  discrete_laplace, noise_grid, on_grid, public_sigma)
 from paczero.mechanisms.pac import PacMI, _noised_value
 from paczero.privacy.binary_channel import binary_mi, discrete_binary_mi
-from paczero.secure_random import SecureGenerator
+from paczero.privacy.secure_random import SecureGenerator
 
 
 def _chi2_pvalue(samples, pmf, support):

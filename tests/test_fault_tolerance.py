@@ -64,7 +64,7 @@ elif mode == "kill_after_log":   # SIGKILL once step `at`'s record is in log.jso
     from killpoints import kill_after_logged_step
     kill_after_logged_step(at)
 elif mode == "kill_after_journal":   # SIGKILL once step `at` is journaled, before its record reaches log.jsonl
-    import paczero.journal as jn
+    import paczero.run.journal as jn
     _step = jn.Journal.step
     def step(self, record, state):
         _step(self, record, state)
@@ -600,7 +600,7 @@ def test_a_stopped_dp_run_resumes_with_out_dir_and_resume_alone(tmp_path, capsys
     sweep's) with ``dtype: auto`` keeps the recorded dtype where this machine would resolve auto otherwise;
     the run ends and publishes. Red if either looks for run.json in the folder only (the defaults, or the
     other dtype, then differ from the run's settings: refused)."""
-    from paczero import hardware
+    from paczero.machine import hardware
 
     out = tmp_path / "dp"
     dp = dict(mechanism="dpzero", mi_budget=None, num_subsets=None, epsilon=2.0, sample_rate=0.5)

@@ -1,7 +1,7 @@
 """The last-bits attack (Mironov, CCS 2012) against every noisy value paczero publishes.
 
 For 10,000 releases of each mechanism (PAC-MI, the hybrid, DPZero, DP-AggZO) the attack of
-paczero.lsb_attack asks which hypothesis (PAC: s_{j*} = +1 or -1; DP: the target record in the
+paczero.audit.lsb_attack asks which hypothesis (PAC: s_{j*} = +1 or -1; DP: the target record in the
 batch or not, the adversary knowing every other record and the batch) the published value could
 come from exactly. With the exact grid samplers none is decided and every value is reachable; the
 negative controls, the same releases made with the float samplers the mechanisms would otherwise
@@ -14,12 +14,12 @@ import math
 import numpy as np
 import pytest
 
-from paczero.exact_noise import GRID_BITS
-from paczero.lsb_attack import decided, float_consistent, grid_sum_consistent, pac_release_consistency
+from paczero.privacy.exact_noise import GRID_BITS
+from paczero.audit.lsb_attack import decided, float_consistent, grid_sum_consistent, pac_release_consistency
 from paczero.mechanisms.dp import DPAggZO, DPZero, clip_rows, clip_scalars, grid_rows
 from paczero.mechanisms.hybrid import Hybrid
 from paczero.mechanisms.pac import PacMI
-from paczero.secure_random import SecureGenerator
+from paczero.privacy.secure_random import SecureGenerator
 
 RELEASES = 10_000
 

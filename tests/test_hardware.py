@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from paczero import hardware
+from paczero.machine import hardware
 from paczero.config import TrainConfig
 from paczero.train import train
 
@@ -91,7 +91,7 @@ def test_threads_are_the_allowed_cores_unless_set(monkeypatch):
         pytest.skip("one core: no affinity to narrow")
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     pinned = subprocess.run([sys.executable, "-c", "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-                             "import torch; from paczero.hardware import set_threads; set_threads(None); "
+                             "import torch; from paczero.machine.hardware import set_threads; set_threads(None); "
                              "print(torch.get_num_threads())"], env=env, capture_output=True, text=True, check=True)
     assert pinned.stdout.strip() == "1"
 
@@ -101,7 +101,7 @@ def test_a_local_sweep_divides_the_cores_between_its_workers(monkeypatch, tmp_pa
     as OMP_NUM_THREADS (which paczero train's threads follow); one worker keeps them all, and an
     OMP_NUM_THREADS of the sweep's own environment is left as it is; CPU workers (``--workers``) set none, their
     trainings share the cores step by step. Red if GPU workers stop dividing, or CPU workers pin a count."""
-    from paczero import sweep
+    from paczero.experiments import sweep
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(sweep, "allowed_cores", lambda: 16)
@@ -181,7 +181,7 @@ def test_the_converted_model_is_written_with_the_umask_mode(tmp_path, monkeypatc
 def test_a_sweep_takes_a_finished_auto_run_as_the_same_settings(tmp_path):
     """A finished run of a recipe with ``dtype: auto`` and no mu recorded what they resolved to; a later sweep
     of that recipe sees the same settings (not 'dtype 'fp32' -> 'auto''), but a run with another lr differs."""
-    from paczero import sweep
+    from paczero.experiments import sweep
 
     ran = json.loads(json.dumps(TrainConfig(dtype="fp32", mu=1e-3).to_dict()))
     (tmp_path / "summary.json").write_text(json.dumps({"config": ran}))
@@ -222,7 +222,7 @@ def test_the_suite_runs_as_on_a_cpu_without_native_bf16():
 
 
 def _host_has_native_bf16() -> bool:
-    """The host's own answer, read here from /proc/cpuinfo (not through paczero.hardware)."""
+    """The host's own answer, read here from /proc/cpuinfo (not through paczero.machine.hardware)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:

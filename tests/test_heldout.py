@@ -1,4 +1,4 @@
-"""The train-vs-held-out loss attack (paczero/heldout.py), the out-of-domain test file, and `paczero audit --heldout`."""
+"""The train-vs-held-out loss attack (paczero/audit/heldout.py), the out-of-domain test file, and `paczero audit --heldout`."""
 from __future__ import annotations
 
 import json
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from paczero.build import build
+from paczero.run.build import build
 from paczero.cli import main
 from paczero.config import TrainConfig
-from paczero.heldout import heldout_attack, record_losses
+from paczero.audit.heldout import heldout_attack, record_losses
 from paczero.train import train
 
 DEMO = Path(__file__).resolve().parents[1] / "paczero" / "data" / "demo_sentiment.jsonl"
@@ -28,7 +28,7 @@ def test_the_attack_is_the_pairwise_auc_of_the_released_models_losses(tmp_path):
     scored the wrong records (e.g. dev for held-out) or ranked by the wrong sign."""
     from safetensors.torch import load_file
 
-    from paczero.build import load_trainable
+    from paczero.run.build import load_trainable
     from paczero.models import trainable_parameters
 
     out = tmp_path / "run"
@@ -61,7 +61,7 @@ def test_audit_heldout_says_a_dp_runs_measurement_is_not_covered_by_epsilon():
     """``paczero audit --heldout`` on a DP run (the user's request: the run itself keeps it private) says that
     what it prints is a statistic of the private data that epsilon does not cover; on a PAC run it does not.
     Red if the line were dropped."""
-    from paczero.heldout import format_heldout
+    from paczero.audit.heldout import format_heldout
 
     def report(mechanism: str) -> str:
         run = {"run": "r", "mechanism": mechanism, "auc": 0.6, "auc_ci95": [0.5, 0.7], "members": 16, "heldout": 24,

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from paczero.exact_noise import SIGMA_BITS
+from paczero.privacy.exact_noise import SIGMA_BITS
 from paczero.mechanisms import MECHANISMS, Hybrid, PacMI, PacZPL, build_mechanism
 from paczero.mechanisms.base import Release
 from paczero.mechanisms.pac import ENTROPY_CAP, UNANIMITY_TOL
 from paczero.privacy.binary_channel import CHARGE_MARGIN
 from paczero.privacy import binary_entropy, binary_mi, dp_epsilon_matching_mi, mia_bound
-from paczero.subsets import balanced_design, subset_signs
+from paczero.privacy.subsets import balanced_design, subset_signs
 
 
 def random_signs(rng, k, m, p_unanimous=0.3):

@@ -238,7 +238,7 @@ def test_conversions_reject_bad_input(call, word):
 # ---------------------------------------------------------------- hygiene
 def test_privacy_core_does_not_import_torch():
     code = (
-        "import sys; import paczero.privacy, paczero.subsets, paczero.mechanisms.pac, "
+        "import sys; import paczero.privacy, paczero.privacy.subsets, paczero.mechanisms.pac, "
         "paczero.mechanisms.reference; assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -48,7 +48,7 @@ def test_candidates_fill_in_the_label_names_and_a_given_verbalizer():
 
 def _build(tmp_path, test_labels_flipped: bool):
     """build() with template auto on the demo set's rows, the test rows' labels flipped or not."""
-    from paczero.build import build
+    from paczero.run.build import build
     from paczero.tasks import load_splits
 
     train, dev, test = load_splits("demo", n_train=12, n_dev=8, n_test=8)
@@ -136,7 +136,7 @@ def test_a_resumed_auto_run_keeps_its_choice(tmp_path, monkeypatch, capsys):
     """A run begun with --template auto and continued with --resume (the same flags, template auto included,
     and more steps) goes on with the prompt it recorded: nothing is chosen again. Red if the resume scores the
     candidates anew (the spy below fails it) or refuses the recorded prompt as a changed setting."""
-    import paczero.build
+    import paczero.run.build
 
     args = ["train", *FLAGS, "--template", "auto", "--out-dir", str(tmp_path / "run")]
     assert main(args) == 0
@@ -145,7 +145,7 @@ def test_a_resumed_auto_run_keeps_its_choice(tmp_path, monkeypatch, capsys):
     def no_second_choice(*a, **k):
         raise AssertionError("the prompt was chosen again")
 
-    monkeypatch.setattr(paczero.build, "_choose_prompt", no_second_choice)
+    monkeypatch.setattr(paczero.run.build, "_choose_prompt", no_second_choice)
     capsys.readouterr()
     assert main(args[:args.index("--steps") + 1] + ["4"] + args[args.index("--steps") + 2:] + ["--resume"]) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -173,7 +173,7 @@ def test_a_zero_shot_dev_accuracy_near_chance_is_said():
     the line is missing or said of every run."""
     from types import SimpleNamespace
 
-    from paczero.build import near_chance
+    from paczero.run.build import near_chance
 
     setup = SimpleNamespace(prompt={"template": "t"}, task=SimpleNamespace(num_classes=2), dev_enc=[0] * 40)
     assert "near chance (0.50)" in near_chance(setup, {"accuracy": 0.55}) and "--template auto" in near_chance(

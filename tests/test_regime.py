@@ -1,4 +1,4 @@
-"""The regime map (paczero/regime.py, `paczero regime`): the per-example scalars a run computes, stored and
+"""The regime map (paczero/experiments/regime.py, `paczero regime`): the per-example scalars a run computes, stored and
 resumed, and the share of unanimous directions for every (N, M) of a grid."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from paczero.cli import main
-from paczero.regime import SCALARS, read_scalars, unanimity_map
+from paczero.experiments.regime import SCALARS, read_scalars, unanimity_map
 
 DEMO = Path(__file__).resolve().parents[1] / "paczero" / "data" / "demo_sentiment.jsonl"
 TINY = ["--model", "tiny-llama", "--task", "sst2", "--data", str(DEMO), "--columns", "sentence=text",
@@ -96,7 +96,7 @@ def test_a_finished_runs_released_weights_are_evaluated(tmp_path):
     released weights loaded by hand, and differ from the base model's. Red if the weights were not loaded."""
     from safetensors.torch import load_file
 
-    from paczero.build import build, load_trainable
+    from paczero.run.build import build, load_trainable
     from paczero.config import TrainConfig
     from paczero.models import trainable_parameters
     from paczero.train import train
@@ -110,7 +110,7 @@ def test_a_finished_runs_released_weights_are_evaluated(tmp_path):
                  "--directions", "1", "--n-grid", "12", "--m-grid", "2"]) == 0
     g, meta = read_scalars(tmp_path / "trained")
     assert meta["weights"].endswith("selected.safetensors") and g.shape == (1, 12)
-    from paczero.regime import _universe
+    from paczero.experiments.regime import _universe
 
     probe = cfg.replace(n_train=12, out_dir=str(tmp_path / "probe"))
     examples = _universe(probe)
@@ -163,7 +163,7 @@ def test_the_share_is_pac_zpls_unanimity_rate_on_the_same_signs(monkeypatch):
     scalars and design are handed to PAC-ZPL (paczero.mechanisms.pac, the release rule training uses): the map's
     share is the mean of the fraction of its releases on the unanimity branch. Red if the map counted a
     majority, or anything but all M signs equal, as unanimous."""
-    import paczero.subsets as subsets
+    import paczero.privacy.subsets as subsets
     from paczero.mechanisms.pac import PacZPL
 
     seen, original = [], subsets.subset_signs

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from paczero.config import TrainConfig
-from paczero.release import TASK_FILE, model_card
+from paczero.run.release import TASK_FILE, model_card
 from paczero.train import train
 
 SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "use_released_model.py"

@@ -12,7 +12,7 @@ import pytest
 from paczero.cli import main
 from paczero.config import TrainConfig
 from paczero.privacy import dp_epsilon_matching_mi, mia_bound
-from paczero.report import fmt_ms, mean_std, write_report
+from paczero.experiments.report import fmt_ms, mean_std, write_report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -316,8 +316,8 @@ def _axes_of_saved_figures(monkeypatch) -> list:
 def test_a_zpl_trajectory_has_mi_zero_as_its_floor(tmp_path, monkeypatch):
     """PAC-ZPL charges 0 nats at every step: the MI axis starts at 0 (matplotlib's own limits around a flat
     zero line run to -0.055, a negative MI)."""
-    from paczero.report.cells import Run
-    from paczero.report.plots import plot_trajectory
+    from paczero.experiments.report.cells import Run
+    from paczero.experiments.report.plots import plot_trajectory
 
     run_dir = tmp_path / "zpl"
     run_dir.mkdir()
@@ -516,7 +516,7 @@ def test_a_key_a_run_predates_counts_as_its_default():
     records the key's default: the same cell, and a sweep does not call it 'other settings'. Red if the missing
     key compared as None."""
     from paczero.config import TrainConfig
-    from paczero.report.cells import experiment
+    from paczero.experiments.report.cells import experiment
 
     now = json.loads(json.dumps(TrainConfig().to_dict()))
     old = {k: v for k, v in now.items() if k not in ("noised_coef", "coin_step")}
@@ -625,7 +625,7 @@ def test_the_tuned_tables_mi_plateau_and_dp_cliff_draw_the_chosen_cells_only(tmp
 def test_a_sweep_that_ran_a_dp_run_gives_no_run_its_time():
     """A report's wall times: none from a sweep.jsonl that ran a DP run (its span less the others' times would give
     the DP run's), the times of a sweep without one. Red if only the DP run's own records are left out."""
-    from paczero.report.provenance import wall_seconds
+    from paczero.experiments.report.provenance import wall_seconds
 
     records = [{"_file": "a/sweep.jsonl", "recipe": "zpl", "seed": 0, "status": "done", "seconds": 10.0},
                {"_file": "a/sweep.jsonl", "recipe": "dp", "seed": 0, "status": "done", "seconds": 30.0},
@@ -639,7 +639,7 @@ def test_the_report_says_whether_a_sweep_ran_its_cells_one_after_another_or_at_o
     per sweep.jsonl, and a sweep's start mark forgets cells a killed sweep left unrecorded. Expected counts
     written by hand from the records. Red if the count ignores outcomes (it would say 3 for one after another)
     or pools two files' records."""
-    from paczero.report.provenance import side_by_side
+    from paczero.experiments.report.provenance import side_by_side
 
     def rec(f, recipe, status):
         return {"_file": f, "recipe": recipe, "seed": 0, "status": status}
@@ -654,7 +654,7 @@ def test_the_report_says_whether_a_sweep_ran_its_cells_one_after_another_or_at_o
     assert side_by_side(killed) == 1 and side_by_side([]) == 0
     interleaved = [rec("a", "x", "started"), rec("d", "y", "started"), rec("a", "x", "done"), rec("d", "y", "done")]
     assert side_by_side(interleaved) == 1  # two sweeps' files, one cell each at a time
-    from paczero.report.provenance import made_by
+    from paczero.experiments.report.provenance import made_by
 
     marks = [{"_file": "b", "sweep": "start", "time": "T0"}, {"_file": "b", "sweep": "end", "time": "T1"}]
     untimed = made_by([], two[:1] + marks[:1] + two + marks[1:], "runs", None)[-2]

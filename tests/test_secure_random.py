@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from paczero.secure_random import SecureGenerator, generator_from_state, generator_state
-from paczero.subsets import private_generator
+from paczero.privacy.secure_random import SecureGenerator, generator_from_state, generator_state
+from paczero.privacy.subsets import private_generator
 
 
 def _block(key: bytes, counter: int, nbytes: int) -> bytes:

@@ -68,7 +68,7 @@ def test_a_resume_keeps_step_0_as_the_best_so_far(tmp_path):
     """The dev-best bookkeeping a resume rebuilds from evals.jsonl: a best_step of 0 is the zero-shot dev metrics
     (which evals.jsonl does not hold), and with no evaluation yet the zero-shot weights are the best so far. Red
     if a resumed run forgets step 0 and releases a worse trained step."""
-    from paczero.resume import _best_from_evals
+    from paczero.run.resume import _best_from_evals
 
     path = tmp_path / "evals.jsonl"
     zero = {"dev": {"loss": 0.5, "accuracy": 0.75}, "test": {"loss": 0.6, "accuracy": 0.7}}

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import paczero.mechanisms.pac as pac
-import paczero.subsets as subsets
+import paczero.privacy.subsets as subsets
 from forced_secret import forced
 from paczero.checkpoint import encode
 from paczero.config import TrainConfig
-from paczero.subsets import private_generator, secret_generator
+from paczero.privacy.subsets import private_generator, secret_generator
 from paczero.train import train
 
 TIMING = re.compile(r"seconds|time|elapsed")
@@ -270,7 +270,7 @@ def test_a_dp_runs_tensorboard_holds_the_public_values_only_without_a_clock(dp_r
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    from paczero.trackers import dp_epsilon
+    from paczero.run.trackers import dp_epsilon
 
     out, _ = dp_run
     files = sorted((out / "tensorboard").iterdir())

@@ -18,8 +18,8 @@ from paczero.config import TrainConfig
 from paczero.mechanisms import Hybrid, PacMI, PacZPL
 from paczero.mechanisms.dp import DPZero
 from paczero.privacy import mia_bound
-from paczero.release import model_card
-from paczero.statement import guarantee_summary, privacy_statement_text
+from paczero.run.release import model_card
+from paczero.privacy.statement import guarantee_summary, privacy_statement_text
 
 BUDGET = 0.68
 

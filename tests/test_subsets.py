@@ -1,4 +1,4 @@
-"""paczero.subsets: balanced design, subset signs, private generator."""
+"""paczero.privacy.subsets: balanced design, subset signs, private generator."""
 from __future__ import annotations
 
 import secrets
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paczero.subsets import balanced_design, private_generator, subset_signs
+from paczero.privacy.subsets import balanced_design, private_generator, subset_signs
 
 
 def assert_balanced(design: np.ndarray, n: int, m: int) -> None:

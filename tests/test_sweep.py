@@ -16,8 +16,8 @@ from safetensors.torch import load_file
 from paczero.checkpoint import RunLock
 from paczero.cli import main
 from paczero.config import ConfigError
-from paczero.slurm import slurm_parameters
-from paczero.sweep import Cell, SlurmCell, expand_recipes, materialise, parse_overrides, plan, sweep, visible_gpus
+from paczero.experiments.slurm import slurm_parameters
+from paczero.experiments.sweep import Cell, SlurmCell, expand_recipes, materialise, parse_overrides, plan, sweep, visible_gpus
 
 TINY = ["model=tiny-llama", "task=demo", "n_train=16", "n_dev=8", "n_test=8", "steps=4", "eval_every=2",
         "num_subsets=4", "eval_zero_shot=false", "progress=false", "checkpoint_every=2", "track=ft"]
@@ -66,7 +66,7 @@ def test_a_sweep_seed_sets_the_field_its_recipe_names(tmp_path):
     seed (directions, initialisation); a recipe without the header key: seed k is the public seed, data_seed the
     recipe's. The materialised config and the train command say the same. Red if a sweep seed always set ``seed``
     (the paper's seeds varied the data) or never did (a user's recipe would lose its meaning)."""
-    from paczero.sweep import train_command
+    from paczero.experiments.sweep import train_command
 
     paper = plan(["headline/sst2-opt6.7b-ft-mi0.33"], [42], tmp_path)[0]
     cfg = materialise(paper, {"seed": 5})
@@ -177,7 +177,7 @@ def test_stop_signals_are_handled_inside_the_block_only_and_an_ignored_sigint_st
     """``on_stop_signals`` hands SIGINT and SIGTERM to its handler, leaves a SIGINT that the process
     inherited ignored (a job started in the background) ignored, and restores both after the block, also
     when the block raises. Red if it overrides SIG_IGN or forgets to restore."""
-    from paczero.stop import on_stop_signals
+    from paczero.run.stop import on_stop_signals
 
     def handler(signum, frame):
         pass
@@ -226,7 +226,7 @@ def test_a_worker_skips_a_cell_another_sweep_finished_after_the_triage(tmp_path)
     """The queue is drawn up before the cells run; a cell another sweep over the same out-root finished
     meanwhile is skipped when a worker takes it, not run again. Red without the second look (the worker
     starts a run over a finished folder, which fails)."""
-    from paczero.sweep import _Journal, _run_local
+    from paczero.experiments.sweep import _Journal, _run_local
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text("mechanism: pac-zpl\n")
@@ -330,7 +330,7 @@ def test_a_slurm_job_warned_of_its_time_limit_checkpoints_and_requeues_itself_to
     uninterrupted run (the same private seed)."""
     import sys
 
-    import paczero.sweep as sw
+    import paczero.experiments.sweep as sw
 
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text("recipe: {name: tiny}\nmechanism: pac-mi\nmi_budget: 0.05\nlr: 0.001\nprivate_seed: 7\n")

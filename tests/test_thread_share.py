@@ -1,4 +1,4 @@
-"""Threads shared by paczero processes on the same cores (paczero/thread_share.py)."""
+"""Threads shared by paczero processes on the same cores (paczero/machine/thread_share.py)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,8 @@ import textwrap
 import pytest
 import torch
 
-from paczero import thread_share
-from paczero.thread_share import ThreadShare
+from paczero.machine import thread_share
+from paczero.machine.thread_share import ThreadShare
 
 FOUR = {0, 1, 2, 3}
 
@@ -29,7 +29,7 @@ def _other(folder, cores, fixed=None):
     code = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from paczero import thread_share
+        from paczero.machine import thread_share
         thread_share._cores = lambda: {sorted(cores)!r}
         with thread_share.ThreadShare({fixed!r}, folder=Path({str(folder)!r})):
             print("registered", flush=True)
@@ -129,7 +129,7 @@ def test_the_thread_count_does_not_change_the_scalars(tmp_path):
     import numpy as np
 
     from paczero.cli import main
-    from paczero.regime import read_scalars
+    from paczero.experiments.regime import read_scalars
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one core: no second thread count to compare")

@@ -9,7 +9,7 @@ import pytest
 from paczero.cli import main
 from paczero.config import ConfigError, TrainConfig
 from paczero.train import train
-from paczero.trackers import WandbTracker, check_report_to
+from paczero.run.trackers import WandbTracker, check_report_to
 
 TINY = dict(model="tiny-llama", task="demo", n_train=16, n_dev=8, n_test=8, steps=4, eval_every=2,
             checkpoint_every=2, num_subsets=4, private_seed=3, progress=False, eval_zero_shot=False)

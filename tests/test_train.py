@@ -143,7 +143,7 @@ def test_a_ladder_is_one_run_with_its_weights_saved_and_evaluated_at_each_rung(t
     choice at that step."""
     from safetensors.torch import load_file
 
-    from paczero.build import build, evaluate, load_trainable
+    from paczero.run.build import build, evaluate, load_trainable
     from paczero.models import trainable_parameters
 
     cfg = TrainConfig(**{**TINY, "steps": 6, "eval_every": 4}, mechanism="pac-zpl", lr=0.05, lr_schedule="polynomial",
@@ -366,7 +366,7 @@ def test_cli_train_and_eval(tmp_path, capsys):
     p = json.loads(capsys.readouterr().out)
     assert abs(p["mia_bound"] - 0.84) < 0.01
     # the run's weights on a file of its own: every example of it, with its own column names
-    from paczero.build import build
+    from paczero.run.build import build
     from paczero.config import TrainConfig as Config
 
     test_rows = build(Config.from_dict({**json.loads((out / "run.json").read_text())["config"]}),
@@ -535,7 +535,7 @@ def test_the_released_model_carries_a_model_card_with_the_privacy_statement(tmp_
 
 
 def test_a_model_card_names_a_hub_model_but_not_a_local_path(tmp_path):
-    from paczero.release import model_card
+    from paczero.run.release import model_card
 
     summary = train(TrainConfig(**{**TINY, "steps": 1}, out_dir=str(tmp_path / "run")), log=_quiet)
     for model, named in (("facebook/opt-1.3b", True), (str(tmp_path / "private" / "model"), False)):
@@ -602,7 +602,7 @@ def test_max_length_is_a_flag_and_a_run_says_how_many_examples_it_cut(tmp_path, 
     by construction, the rest a few tokens). Under DP the training count is private and not named."""
     import logging
 
-    from paczero.build import build
+    from paczero.run.build import build
 
     long_text = " ".join(["word"] * 300)
     rows = ([{"sentence": long_text if i < 4 else f"short {i}", "label": i % 2, "split": "train"} for i in range(16)]
@@ -634,7 +634,7 @@ def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
     """--token-budget (and every key outside RESUME_FREE) was accepted silently on a resume; now one line
     names each differing key with both values. Keys of where and how fast it runs may change. Red if
     check_resumed_config skips a key that changes the computation."""
-    from paczero.journal import RESUME_FREE
+    from paczero.run.journal import RESUME_FREE
 
     cfg = TrainConfig(**TINY, out_dir=str(tmp_path / "r"))
     train(cfg, log=_quiet)

@@ -30,7 +30,7 @@ class BenchConfig:
     memory_repeats: int = 1         # fresh processes per memory phase (phases alternate; medians reported)
     live_memory: bool = False       # CPU: also the peak of live tensor bytes per phase (own processes, profiled)
     world: int = 1                  # > 1: also time a data-parallel step with this many processes
-    threads: int | None = None      # torch intra-op threads (None: as paczero train, paczero.hardware.set_threads)
+    threads: int | None = None      # torch intra-op threads (None: as paczero train, paczero.machine.hardware.set_threads)
     seed: int = 0
     random_init: bool = False       # the model's architecture (config only) with random weights
     compile: bool = False           # torch.compile the model body (LoRA; both the floor and the step run it)
@@ -42,7 +42,7 @@ class Harness:
     def __init__(self, cfg: BenchConfig, lm=None):
         import torch
 
-        from paczero.hardware import set_threads
+        from paczero.machine.hardware import set_threads
         from paczero.models import load_model
         from paczero.tasks import build_task
 
@@ -103,7 +103,7 @@ class Harness:
 
     def mechanism(self, num_subsets: int, n: int):
         from paczero.config import MI_BUDGETED, TrainConfig
-        from paczero.subsets import private_generator
+        from paczero.privacy.subsets import private_generator
         from paczero.train import make_mechanism
 
         c = self.cfg
@@ -115,8 +115,8 @@ class Harness:
     def runner(self, num_subsets: int, ranks=None, n: int | None = None) -> Callable[[int], dict]:
         """The training loop's step (:func:`paczero.zo.zo_step`) as a function of the step number, with a
         fresh mechanism; returns part timings."""
-        from paczero.build import step_batches
-        from paczero.distributed import SingleProcess
+        from paczero.run.build import step_batches
+        from paczero.run.distributed import SingleProcess
         from paczero.zo import zo_step
 
         ranks = ranks or SingleProcess()
@@ -164,7 +164,7 @@ DPSGD_EPSILON, DPSGD_DELTA, DPSGD_CLIP, DPSGD_LR = 2.0, 1e-5, 1.0, 1e-4
 
 def dpsgd_runner(h: Harness) -> Callable[[int], dict]:
     """One DP-SGD step over the whole universe (sample rate 1) as a function of the step number."""
-    from paczero.build import step_batches
+    from paczero.run.build import step_batches
     from paczero.fo.dpsgd_step import dpsgd_step, grad_sample_mode, wrap
     from paczero.mechanisms.dpsgd import DPSGD
     from paczero.models import trainable_parameters

@@ -11,7 +11,7 @@ def _dp_child(rank: int, world: int, port: int, cfg_dict: dict, queue) -> None:
     import torch
     import torch.distributed as tdist
 
-    from paczero.distributed import DataParallel
+    from paczero.run.distributed import DataParallel
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS=str(cfg_dict["threads"]))
     cfg = BenchConfig(**cfg_dict)
@@ -35,7 +35,7 @@ def dp_step_time(cfg: BenchConfig, world: int) -> dict:
     import torch
     import torch.multiprocessing as tmp
 
-    from paczero.distributed import free_port
+    from paczero.run.distributed import free_port
 
     threads = max(1, (cfg.threads or torch.get_num_threads()) // world)
     sub = replace(cfg, threads=threads, world=1, scaling=False, memory=False)

@@ -15,7 +15,7 @@ gradients, then a second backward of the loss reweighted by the clip factors), s
 of every weight needs memory of the micro-batch's rows times the model. Opacus's ghost clipping refuses
 tied weights (SmolLM2 ties its input and output embeddings): such a model is fine-tuned with per-example
 hooks, and a smaller ``token_budget`` (fewer rows per micro-batch) bounds their memory. Opacus's own noise and Poisson loader are not used: the Poisson
-sample and the noise come from paczero's private generator (:mod:`paczero.secure_random`).
+sample and the noise come from paczero's private generator (:mod:`paczero.privacy.secure_random`).
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def wrap(model: torch.nn.Module, params: Sequence[tuple[str, torch.nn.Parameter]
 
 def attach(cfg, ranks, setup, params: Sequence[tuple[str, torch.nn.Parameter]]) -> FirstOrder:
     """A DP-SGD run's :class:`FirstOrder` for ``cfg`` (a :class:`paczero.config.TrainConfig`) on ``setup``'s model
-    (a :class:`paczero.build.Setup`): one process only. A probe, the clipped gradient of one dev example (public:
+    (a :class:`paczero.run.build.Setup`): one process only. A probe, the clipped gradient of one dev example (public:
     computed once and thrown away), makes a model Opacus cannot wrap (a trainable layer with buffers, or one its
     hooks cannot follow, as OPT's learned positions) or a task it would clip per row bad input
     (:class:`paczero.config.ConfigError`, one line) before the run's first evaluation."""

@@ -5,19 +5,19 @@ with Google's dp-accounting (:mod:`paczero.privacy.dp`). Per step:
 
 1. ``batch_indices(N)`` draws a real Poisson sample: every example of the
    universe joins independently with probability exactly ``q`` (the float ``q`` the
-   accountants analyse, as a rational: :func:`paczero.exact_noise.bernoulli_mask`; an empty batch is
+   accountants analyse, as a rational: :func:`paczero.privacy.exact_noise.bernoulli_mask`; an empty batch is
    possible and is still a step: the engine must call ``step`` with a [K, 0]
    array, and the release is pure noise);
 2. ``step(scalars)`` clips each example's contribution to norm ``C``, rounds it
    to integer units of ``C 2^-40`` (L2 norm still at most ``2^40`` units, checked
    in integers), sums, adds an exact discrete Gaussian of scale ``sigma 2^40``
-   units and normalises (:mod:`paczero.exact_noise`: a float Gaussian's last bits
+   units and normalises (:mod:`paczero.privacy.exact_noise`: a float Gaussian's last bits
    would tell the sum it was added to). The accountants analyse the Gaussian
    mechanism; the discrete one adds ``discretization_delta`` (at most about 1e-21) to delta.
 
 The Poisson sample, the discrete Gaussian noise and DP-AggZO's discrete-Laplace-noised
 dataset size are all drawn from the *private* generator
-(:func:`paczero.subsets.private_generator`), never from the public perturbation
+(:func:`paczero.privacy.subsets.private_generator`), never from the public perturbation
 seed: the public DPZero and DP-AggZO code draw the noise from the generator they
 just seeded with the public direction seed, so anyone holding the transcript can
 recompute the noise and subtract it.
@@ -39,11 +39,11 @@ from typing import Any
 
 import numpy as np
 
-from paczero.exact_noise import GRID_BITS, bernoulli_mask, discrete_gaussian, discrete_laplace
+from paczero.privacy.exact_noise import GRID_BITS, bernoulli_mask, discrete_gaussian, discrete_laplace
 from paczero.mechanisms.base import Mechanism, Release
 from paczero.privacy import dp as dp_privacy
-from paczero.secure_random import generator_from_state, generator_state
-from paczero.subsets import private_generator
+from paczero.privacy.secure_random import generator_from_state, generator_state
+from paczero.privacy.subsets import private_generator
 
 #: DPZero K=1 as in Zhang et al. 2024 and the paper's Table dp-cliff
 DPZERO_PAPER_DEFAULTS = {"steps": 20_000, "lr": 5e-6, "clip": 25.0, "sample_rate": 0.064, "delta": 1e-5}
@@ -109,7 +109,7 @@ def grid_rows(clipped: np.ndarray, clip: float) -> list[list[int]]:
 
 def noisy_grid_sum(rng, rows: list[list[int]], k: int, noise_multiplier: float) -> list[int]:
     """The K coordinate sums of integer rows plus exact discrete Gaussian noise of scale
-    ``noise_multiplier * 2^GRID_BITS`` units (:func:`paczero.exact_noise.discrete_gaussian`)."""
+    ``noise_multiplier * 2^GRID_BITS`` units (:func:`paczero.privacy.exact_noise.discrete_gaussian`)."""
     sums = [sum(row[i] for row in rows) for i in range(k)]
     scale = Fraction(noise_multiplier) * UNIT
     return [s + discrete_gaussian(rng, scale * scale) for s in sums]

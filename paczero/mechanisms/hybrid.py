@@ -5,7 +5,7 @@ from typing import Any
 
 from numpy.typing import ArrayLike
 
-from ..subsets import SeedLike
+from ..privacy.subsets import SeedLike
 from .pac import _BUDGET_MARGIN, PacMI, _int_arg
 
 __all__ = ["Hybrid"]

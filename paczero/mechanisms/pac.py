@@ -16,7 +16,7 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
   instead (MI 0);
 * disagreement, PAC-MI (Section 3.1): ``y~ = s_{j*} + gamma X`` with ``X`` an
   exact discrete Gaussian of scale ``sigma / gamma`` on the public power-of-two
-  grid ``gamma = noise_grid(sigma)`` (:mod:`paczero.exact_noise`: a float
+  grid ``gamma = noise_grid(sigma)`` (:mod:`paczero.privacy.exact_noise`: a float
   ``s + sigma z`` would tell ``s`` by its last bits), ``sigma = calibrate(m,
   beta_t)`` rounded up to 20 significant bits (``public_sigma``: the same on
   every machine), ``beta_t`` from eq. (adaptive-beta) capped at ``0.999 h(m)``;
@@ -45,8 +45,8 @@ only exact unanimity happens.
 With K directions per step (Appendix K) the per-step budget is split into
 ``beta_t / K`` per release and the posterior is updated sequentially.
 
-The noise and the coins come from :func:`paczero.subsets.private_generator`; so does j* when not
-given (a run gives it, drawn with the design on a key of its own: :func:`paczero.subsets.secret_generator`).
+The noise and the coins come from :func:`paczero.privacy.subsets.private_generator`; so does j* when not
+given (a run gives it, drawn with the design on a key of its own: :func:`paczero.privacy.subsets.secret_generator`).
 """
 from __future__ import annotations
 
@@ -56,11 +56,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..exact_noise import MAX_SIGMA, noise_grid, public_sigma
+from ..privacy.exact_noise import MAX_SIGMA, noise_grid, public_sigma
 from ..privacy import dp_epsilon_matching_mi, mia_bound
 from ..privacy.binary_channel import CHARGE_MARGIN, calibrate, discrete_binary_mi
-from ..secure_random import generator_from_state, generator_state
-from ..subsets import SeedLike, check_design, private_generator, subset_signs
+from ..privacy.secure_random import generator_from_state, generator_state
+from ..privacy.subsets import SeedLike, check_design, private_generator, subset_signs
 from .base import Mechanism, Release
 from .pac_arithmetic import _log_side_masses, _noised_value, _tolerance_charge
 
@@ -300,7 +300,7 @@ class _PacBase(Mechanism):
     def step(self, scalars: np.ndarray) -> list[Release]:
         """Engine entry point: ``[K, N]`` per-sample scalars -> K releases.
 
-        Computes the subset signs with :func:`paczero.subsets.subset_signs`
+        Computes the subset signs with :func:`paczero.privacy.subsets.subset_signs`
         (requires ``design``) and calls :meth:`release_many`.
         """
         if self.design is None:

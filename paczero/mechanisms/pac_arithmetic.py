@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ..exact_noise import discrete_gaussian
+from ..privacy.exact_noise import discrete_gaussian
 from ..privacy.binary_channel import CHARGE_MARGIN
 
 #: smallest charge for tolerance unanimity: ``h(m)`` when ``m (1 - log m)`` underflows

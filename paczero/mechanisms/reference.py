@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ..secure_random import generator_from_state, generator_state
-from ..subsets import SeedLike, check_design, private_generator
+from ..privacy.secure_random import generator_from_state, generator_state
+from ..privacy.subsets import SeedLike, check_design, private_generator
 from .base import Mechanism, Release
 
 __all__ = ["RawFull", "QuantFull", "RawHalf", "QuantHalf", "RandomSign", "MeZO"]

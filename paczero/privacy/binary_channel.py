@@ -328,7 +328,7 @@ def discrete_binary_mi(q_plus: float, sigma: float, grid: float) -> float:
     ``f``'s analyticity in the strip ``|Im z| < pi sigma / 2`` (shifting the contour to
     ``pi sigma / 4``) by a relative ``exp(pi^2 sigma^2 / 32 - pi^2 sigma^2 / (2 grid)) <= exp(-A)``
     for ``grid <= 1``; that is below ``1e-347``, so the continuous evaluator's value is the lattice
-    channel's MI to its own relative error (below 4e-13, measured; see the module docstring). PAC-MI's grid (:func:`paczero.exact_noise.noise_grid`)
+    channel's MI to its own relative error (below 4e-13, measured; see the module docstring). PAC-MI's grid (:func:`paczero.privacy.exact_noise.noise_grid`)
     gives ``A >= 2^39 sigma``: the continuous branch, whose charge is unchanged.
     Checked against 40-digit mpmath lattice sums on both branches (tests/test_exact_noise.py).
 

@@ -14,7 +14,7 @@ Three pieces, in the manner of dp-accounting itself:
 
 The noise multiplier ``sigma`` is relative to the L2 sensitivity: the mechanism
 adds noise of scale ``sigma C`` to a sum of contributions each clipped to norm ``C``.
-It runs on a grid (:mod:`paczero.exact_noise`): contributions in integer units of
+It runs on a grid (:mod:`paczero.privacy.exact_noise`): contributions in integer units of
 ``C 2^-40``, the noise an exact discrete Gaussian; :func:`discretization_delta` is
 the delta that adds to the Gaussian mechanism the accountants analyse.
 
@@ -40,7 +40,7 @@ from dp_accounting import privacy_accountant
 from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from ..exact_noise import GRID_BITS
+from .exact_noise import GRID_BITS
 
 ACCOUNTANTS = ("rdp", "pld")
 

@@ -3,7 +3,7 @@
 
 :func:`candidates` lists the candidates that fit a run's classes; :func:`choose` keeps the one with the
 lowest zero-shot dev loss (a tie: the earlier in the file), given a function that scores a candidate on dev
-(:func:`paczero.build.build` passes one that reads the dev examples alone); :func:`prompt_record` is what
+(:func:`paczero.run.build.build` passes one that reads the dev examples alone); :func:`prompt_record` is what
 run.json, summary.json and the model card state, and :func:`prompt_line` the line a run prints.
 """
 from __future__ import annotations

@@ -108,7 +108,7 @@ def zo_step(step: int, batches: Sequence, rows: int, *, perturber: Perturber, ra
             release: Callable[[np.ndarray], tuple[Sequence[float], float]], stop: bool = False) -> StepResult:
     """One step of Algorithm 1 over ``batches`` (``rows`` examples): scalars, clip, release, update.
 
-    ``ranks`` computes the scalars (:meth:`paczero.distributed.SingleProcess.two_point_scalars`: this
+    ``ranks`` computes the scalars (:meth:`paczero.run.distributed.SingleProcess.two_point_scalars`: this
     process alone, or this rank's share gathered with the others'; ``stop`` travels with them).
     ``release(clipped)`` returns the K coefficients and the learning rate of the update
     ``theta <- (1 - lr wd) theta - (lr / K) sum_k coef_k z_k``: the mechanism's release on rank 0

@@ -23,7 +23,7 @@ The methods mirror the part of :class:`numpy.random.Generator` that paczero
 uses (``random``, ``integers``, ``permutation``), drawn as follows: uniforms on
 the 2^-53 grid of [0, 1); integers by rejection (unbiased); and ``randbelow``, a
 uniform Python integer below any bound, the source of the exact discrete
-Gaussian and Laplace samplers (:mod:`paczero.exact_noise`) that make every
+Gaussian and Laplace samplers (:mod:`paczero.privacy.exact_noise`) that make every
 published noisy value. ``standard_normal``, ``normal`` and ``laplace`` are float
 samplers (normals by the inverse CDF of a uniform on (0, 1/2) with 63 bits and a
 random sign; Laplace by a random sign times an exponential): nothing published
@@ -101,7 +101,7 @@ class SecureGenerator:
     def randbelow(self, n: int) -> int:
         """A uniform Python integer in ``[0, n)``, any ``n >= 1`` (rejection on whole bits: unbiased).
 
-        The exact samplers of :mod:`paczero.exact_noise` draw every uniform they need from here.
+        The exact samplers of :mod:`paczero.privacy.exact_noise` draw every uniform they need from here.
         """
         n = int(n)
         if n < 1:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from paczero.config import DP_MECHANISMS
-from paczero.curves import read_records
+from paczero.run.curves import read_records
 from paczero.recipes import recipes_root
 
 

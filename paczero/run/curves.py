@@ -171,7 +171,7 @@ def _note(ax, text: str) -> None:
 
 def _epsilon_curve(summary: dict, cfg: dict, points: int = 6) -> tuple[list[int], list[float]] | None:
     """Epsilon spent at up to ``points`` steps, from the run's public calibration (summary.json ``privacy``)."""
-    from paczero.trackers import dp_epsilon
+    from paczero.run.trackers import dp_epsilon
 
     p = summary.get("privacy") or {}
     if p.get("noise_multiplier") is None or not p.get("steps"):

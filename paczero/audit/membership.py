@@ -123,7 +123,7 @@ class RunEvidence:
 
 
 def _load_config(run_dir: Path) -> TrainConfig:
-    from paczero.build import refuse_in_memory
+    from paczero.run.build import refuse_in_memory
 
     try:
         record = json.loads((run_dir / "run.json").read_text())
@@ -176,8 +176,8 @@ def _replay_posterior(setup, cfg: TrainConfig, params, design: np.ndarray, recor
                       batches) -> tuple[np.ndarray, dict]:
     """The transcript adversary: replay theta_t from public data, recompute the subset signs
     at every noised step and apply the mechanism's Bayes update on (y~, sigma)."""
-    from paczero.distributed import SingleProcess
-    from paczero.subsets import subset_signs
+    from paczero.run.distributed import SingleProcess
+    from paczero.privacy.subsets import subset_signs
     from paczero.zo import Perturber, stability_clip, zo_step
 
     m = design.shape[0]
@@ -240,7 +240,7 @@ def collect_run(run_dir: str | Path, *, with_truth: bool = True) -> RunEvidence:
 
     from paczero.models import trainable_parameters
     from paczero.privacy import mia_bound
-    from paczero.build import build, load_trainable
+    from paczero.run.build import build, load_trainable
 
     path = Path(run_dir).expanduser()
     cfg = _load_config(path)

@@ -30,15 +30,15 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-from paczero.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row, experiment, find_runs, fmt_ms,
+from paczero.experiments.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, Run, cell_row, experiment, find_runs, fmt_ms,
                                   group_cells, load_paper_results, mean_std, read_log, run_row)
-from paczero.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
+from paczero.experiments.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
 from paczero.config import DP_MECHANISMS
-from paczero.report import provenance
-from paczero.report.tuned import TUNED_TABLES, chosen_cells, plot_tuned, tuned_headline, tuned_table
-from paczero.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
+from paczero.experiments.report import provenance
+from paczero.experiments.report.tuned import TUNED_TABLES, chosen_cells, plot_tuned, tuned_headline, tuned_table
+from paczero.experiments.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
                                   plot_unanimity)
-from paczero.report.tables import (cell_table, comparison_table, dp_cliff_table, headline, headline_table,
+from paczero.experiments.report.tables import (cell_table, comparison_table, dp_cliff_table, headline, headline_table,
                                    plateau_table, privacy_table)
 __all__ = ["write_report", "find_runs", "group_cells", "experiment", "read_log", "mean_std", "fmt_ms",
            "Run", "Cell", "RUN_COLUMNS", "CELL_COLUMNS"]
@@ -75,7 +75,7 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
     ``trajectories``: ``"first-seed"`` (per cell: the first seed's trajectory plot and the curves of all its
     runs, ``plots/curves/``) or ``"none"``. ``markdown``: where the Markdown goes (default ``OUT/report.md``;
     its links are relative to it). ``keep_runs``: also copy the runs' small files into ``OUT/runs``
-    (:func:`paczero.report.provenance.keep_runs`), so that ``paczero report OUT/runs`` writes the report again.
+    (:func:`paczero.experiments.report.provenance.keep_runs`), so that ``paczero report OUT/runs`` writes the report again.
     ``report_args``: the options this report was written with, shown in its command (CLI).
     """
     root = Path(runs_dir).expanduser()

@@ -23,7 +23,7 @@ journal: it counts as published. A step that was computed but not journaled was
 never published, and runs again from the same private state.
 
 This module reads and writes the journal and checks the log against it; the
-replay itself is in :mod:`paczero.resume`.
+replay itself is in :mod:`paczero.run.resume`.
 """
 from __future__ import annotations
 

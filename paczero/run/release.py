@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.config import PAC_PRIVATE, ConfigError, TrainConfig
-from paczero.statement import guarantee_summary
+from paczero.privacy.statement import guarantee_summary
 
 TASK_FILE = "task.json"
 FORMAT = "paczero-task/1"

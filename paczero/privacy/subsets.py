@@ -9,7 +9,7 @@ turns the per-sample scalars into one sign per subset.
 Everything that must stay secret (j*, the design, the PAC-MI noise, the ZPL
 coins) is drawn from :func:`private_generator`, a cryptographically secure
 stream keyed from the operating system's CSPRNG by default
-(:mod:`paczero.secure_random`) and kept apart from the public generator that
+(:mod:`paczero.privacy.secure_random`) and kept apart from the public generator that
 draws the perturbation directions.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ SeedLike = int | np.random.Generator | SecureGenerator | None
 
 
 def private_generator(seed: SeedLike = None) -> "SecureGenerator | np.random.Generator":
-    """The generator for private randomness: a :class:`paczero.secure_random.SecureGenerator`.
+    """The generator for private randomness: a :class:`paczero.privacy.secure_random.SecureGenerator`.
 
     ``seed=None`` (the default) keys the stream with 256 bits from the OS's
     CSPRNG: never a fixed or public seed. An ``int`` gives a reproducible

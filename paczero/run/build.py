@@ -19,7 +19,7 @@ import torch
 
 from paczero.checkpoint import CheckpointError
 from paczero.config import AUTO, DP_MECHANISMS, ConfigError, TrainConfig
-from paczero.hardware import announce, resolve_device, resolve_precision
+from paczero.machine.hardware import announce, resolve_device, resolve_precision
 
 
 def environment(device: str) -> dict[str, Any]:
@@ -194,7 +194,7 @@ def _choose_prompt(cfg: TrainConfig, options: list, model, dev_ex: list):
     """template auto: each candidate task scored zero-shot on the dev examples (the only examples this reads),
     the one of lowest dev loss kept; returns it and the prompt record (every candidate's dev metrics)."""
     from paczero.tasks.prompts import choose, prompt_record
-    from paczero.thread_share import refresh
+    from paczero.machine.thread_share import refresh
 
     def dev_score(candidate: dict) -> dict:
         task = options[found.index(candidate)]
@@ -377,9 +377,9 @@ def step_batches(task, universe: list, full_batches: list, idx, token_budget: in
 
 
 def evaluate(setup: Setup, enc: list) -> dict[str, float]:
-    from paczero.thread_share import refresh
+    from paczero.machine.thread_share import refresh
 
-    refresh()  # the threads of this process's share of its cores (paczero/thread_share.py)
+    refresh()  # the threads of this process's share of its cores (paczero/machine/thread_share.py)
     with torch.inference_mode():
         return {k: float(v) for k, v in setup.task.evaluate(setup.model, enc, token_budget=setup.cfg.token_budget).items()}
 

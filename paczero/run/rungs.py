@@ -39,7 +39,7 @@ def rung_weights(run_dir: Path, step: int) -> Path:
 
 def read_rungs(run_dir: Path) -> list[dict]:
     """The rung records of a run folder, in step order ([] for none)."""
-    from paczero.journal import read_jsonl
+    from paczero.run.journal import read_jsonl
 
     return sorted(read_jsonl(Path(run_dir) / RUNGS_FILE, RUNGS_FILE), key=lambda r: r["step"])
 
@@ -67,7 +67,7 @@ class Ladder:
 
         ``dev``: the dev metrics of the current weights at ``step`` (None: read from evals.jsonl, else
         evaluated); ``best``: the run's dev-best bookkeeping ``{"step", "dev"}`` at this moment."""
-        from paczero.build import evaluate, load_trainable
+        from paczero.run.build import evaluate, load_trainable
 
         if step not in self.steps or step in self.done:
             return None
@@ -104,7 +104,7 @@ def rungs_privacy(cfg) -> str:
 
 
 def _recorded_dev(path: Path, step: int) -> dict | None:
-    from paczero.journal import read_jsonl
+    from paczero.run.journal import read_jsonl
 
     found = [r.get("dev") for r in read_jsonl(path, "evals.jsonl") if r.get("step") == step]
     return found[-1] if found else None

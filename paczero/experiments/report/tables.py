@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, guarantee, mean_std, method_label,
+from paczero.experiments.report.cells import (DP_NAMES, Cell, Run, _g, _task_label, fmt_ms, guarantee, mean_std, method_label,
                                   model_label, privacy_rows, read_log, task_data_label)
 
 

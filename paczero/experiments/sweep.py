@@ -44,9 +44,9 @@ import yaml
 
 from paczero.checkpoint import RunLock, run_record
 from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
-from paczero.hardware import allowed_cores
-from paczero.slurm import check_slurm, queued_jobs, submitit_module
-from paczero.stop import on_stop_signals
+from paczero.machine.hardware import allowed_cores
+from paczero.experiments.slurm import check_slurm, queued_jobs, submitit_module
+from paczero.run.stop import on_stop_signals
 
 #: status values in sweep.jsonl
 STATUSES = ("skipped", "started", "done", "failed", "stopped", "submitted")
@@ -184,7 +184,7 @@ def _child_env(gpu: str | None, threads: int | None = None) -> dict[str, str]:
     (``threads``: OMP_NUM_THREADS, which paczero train's torch threads follow, unless the sweep's own
     environment sets it)."""
     env = dict(os.environ)
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -296,7 +296,7 @@ def sweep(patterns: list[str], seeds: list[int], *, out_root: str = "runs", over
 
     ``gpus``: None (one after another), ``"auto"`` or ``"0,1"`` (one worker per GPU).
     ``workers``: without GPUs, how many cells run at once on this machine's cores; the trainings divide the
-    cores among themselves before every step (:mod:`paczero.thread_share`), so the last cell gets them all.
+    cores among themselves before every step (:mod:`paczero.machine.thread_share`), so the last cell gets them all.
     ``slurm``: the parameters of :func:`slurm_parameters`, to submit one SLURM job per cell instead.
     A cell is skipped when it is finished, when another process is writing its folder, or when the
     SLURM job a previous sweep submitted for it is still queued or running.
@@ -439,7 +439,7 @@ def _run_local(todo: list[tuple[Cell, bool]], slots: list[tuple[str, str | None]
 def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     """How the finished run in ``cell`` differs from ``wanted`` (seed, folder and other execution keys aside),
     as ``key (there -> now)``; empty when it does not."""
-    from paczero.report import experiment
+    from paczero.experiments.report import experiment
 
     try:
         ran = json.loads((cell.run_dir / "summary.json").read_text())["config"]

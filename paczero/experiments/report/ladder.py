@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paczero.report.cells import Cell, Run, dev_best_rung, fmt_ms, mean_std
-from paczero.report.tables import markdown_table
+from paczero.experiments.report.cells import Cell, Run, dev_best_rung, fmt_ms, mean_std
+from paczero.experiments.report.tables import markdown_table
 
 RUNG_COLUMNS = ["cell", "seed", "rung", "dev", "test", "dev_best_step", "dev_best_test", "mi_spent_realised",
                 "weights", "run_dir"]

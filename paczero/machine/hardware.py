@@ -9,7 +9,7 @@ The run records what they resolved to (run.json ``config``).
 
 A paczero process uses the cores it is allowed (``os.sched_getaffinity``) for torch's intra-op threads;
 ``threads`` (``--threads``) sets the number, a local sweep divides the cores between its workers, and
-trainings and regime maps that chose no number share the cores they overlap on (paczero/thread_share.py).
+trainings and regime maps that chose no number share the cores they overlap on (paczero/machine/thread_share.py).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from paczero.build import trainable_state
+from paczero.run.build import trainable_state
 from paczero.checkpoint import save_weights
 
 

@@ -1,6 +1,6 @@
 """Resuming a run: what to restore, what to replay, which checks.
 
-A resumed run continues after the last step its private journal holds (:mod:`paczero.journal` says why a
+A resumed run continues after the last step its private journal holds (:mod:`paczero.run.journal` says why a
 published step is never executed again). :func:`read` finds that point and the newest checkpoint;
 the mechanism is rebuilt on the checkpoint's (or journal's) design; :func:`restore` loads the weights and
 the mechanism's state and brings log.jsonl and evals.jsonl to the resume point; :func:`replay` rebuilds
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paczero.build import load_trainable
+from paczero.run.build import load_trainable
 from paczero.checkpoint import atomic_json, load_latest_checkpoint
 from paczero.config import ConfigError, TrainConfig
-from paczero.journal import ResumePoint, read_jsonl, resume_point
+from paczero.run.journal import ResumePoint, read_jsonl, resume_point
 
 _log = logging.getLogger(__name__)  # warnings: on stderr (the CLI prints them as "paczero: warning: ...")
 
@@ -99,7 +99,7 @@ def restore(run, resumed: Resumed) -> None:
 
 
 def _record_length(run) -> None:
-    """A run continued to more steps than run.json records (:func:`paczero.journal.extends`) records its new
+    """A run continued to more steps than run.json records (:func:`paczero.run.journal.extends`) records its new
     length there, and its earlier ones (``extended_from``): a later ``--resume`` goes on to the new length."""
     path = run.run_dir / "run.json"
     record = json.loads(path.read_text())

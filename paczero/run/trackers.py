@@ -22,7 +22,7 @@ its values are held back and the tracker is opened only when the run ends. Tenso
 rewritten with the global step as every event's wall time (constant spacing) under a name without a clock
 (``events.out.tfevents.0.paczero``); W&B's run is opened at the end without console capture or system
 metrics and logs the held values in one burst (its own ``_runtime`` and folder name then say only when the
-run ended, as the run folder's file times do: paczero/publish.py).
+run ended, as the run folder's file times do: paczero/run/publish.py).
 """
 from __future__ import annotations
 

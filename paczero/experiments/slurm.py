@@ -1,6 +1,6 @@
 """SLURM for ``paczero sweep --slurm``: the checked parameters of one job per cell, submitit imported
 without touching the process's logging, and which cells' jobs are still queued (``squeue``). The job
-itself, :class:`paczero.sweep.SlurmCell`, runs the cell's ``paczero train`` and requeues at a time limit."""
+itself, :class:`paczero.experiments.sweep.SlurmCell`, runs the cell's ``paczero train`` and requeues at a time limit."""
 from __future__ import annotations
 
 import json

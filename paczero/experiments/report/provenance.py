@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from paczero.config import DP_MECHANISMS
-from paczero.curves import read_records
-from paczero.report.cells import EXECUTION_KEYS, Run
+from paczero.run.curves import read_records
+from paczero.experiments.report.cells import EXECUTION_KEYS, Run
 
 #: a run's files that the report reads (the weights, checkpoints and journal stay behind)
 SMALL_FILES = ("summary.json", "log.jsonl", "evals.jsonl", "rungs.jsonl")

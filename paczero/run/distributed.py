@@ -320,9 +320,9 @@ class DataParallel(SingleProcess):
 
 def run_follower(cfg, ranks: DataParallel) -> dict:
     """The loop of a rank other than 0: score its share of each step, apply rank 0's release. Holds no secret."""
-    from paczero.build import build_together, step_batches
+    from paczero.run.build import build_together, step_batches
     from paczero.models import trainable_parameters
-    from paczero.stop import StopRequest
+    from paczero.run.stop import StopRequest
     from paczero.zo import Perturber, zo_step
 
     setup, _ = build_together(cfg, ranks)

@@ -1,14 +1,14 @@
 """The regime map: how often a public direction is unanimous, for every universe size N and subset count M.
 
 PAC-ZPL releases the secret subset's sign only when all M candidate subsets agree (Algorithm 1: exact
-unanimity, :func:`paczero.subsets.subset_signs`); on every other step it releases a coin. How often that
+unanimity, :func:`paczero.privacy.subsets.subset_signs`); on every other step it releases a coin. How often that
 happens decides what a run learns, and it moves with N (the subsets' means get closer as they grow) and M
 (more subsets, more chances to disagree). :func:`compute_scalars` evaluates a model (the base model, or a
 finished run's released weights) once along each of K public directions: the per-example two-point scalars
 of :func:`paczero.zo.two_point_scalars` over a universe of examples, the engine training uses, stored in
 ``OUT/scalars.npz`` one direction at a time (an interrupted computation resumes). :func:`unanimity_map` then
 draws, for each (N, M) of a grid, subsamples of N examples and a balanced design of M subsets
-(:func:`paczero.subsets.balanced_design`), clips the scalars as training does and counts the directions on
+(:func:`paczero.privacy.subsets.balanced_design`), clips the scalars as training does and counts the directions on
 which the M subset signs are all equal: no forward pass, so another grid costs seconds.
 
 Direction j is the one a run with the config's public ``seed`` draws at step j (direction index 0),
@@ -102,9 +102,9 @@ def compute_scalars(cfg: TrainConfig, out: Path, directions: int, *, run: Path |
     ``RUN/selected.safetensors``) along directions 0 .. K-1, written to ``OUT/scalars.npz`` after each one.
     What is stored there for the same settings is kept and continued; other settings are refused.
     ``settings_args``: the command-line arguments that gave the settings, stored to name the command."""
-    from paczero.build import build, environment, load_trainable
-    from paczero.hardware import fit_to_machine, omp_threads
-    from paczero.thread_share import ThreadShare
+    from paczero.run.build import build, environment, load_trainable
+    from paczero.machine.hardware import fit_to_machine, omp_threads
+    from paczero.machine.thread_share import ThreadShare
     from paczero.models import trainable_parameters
     from paczero.zo import Perturber, two_point_scalars
 
@@ -165,7 +165,7 @@ def unanimity_map(g: np.ndarray, n_grid: Sequence[int], m_grid: Sequence[int], *
     design of M subsets, the share of directions whose M subset signs (of the clipped scalars) are all equal;
     its standard error over directions (each direction's share over the draws); and the mean agreement (the
     larger side's share of the M signs). The draws come from a public generator seeded with ``seed``."""
-    from paczero.subsets import balanced_design, subset_signs
+    from paczero.privacy.subsets import balanced_design, subset_signs
     from paczero.zo import stability_clip
 
     k, universe = g.shape
@@ -220,7 +220,7 @@ def write_map(out: Path, rows: list[dict], meta: dict, command: str) -> list[Pat
 
 
 def _plot(path: Path, rows: list[dict], meta: dict) -> Path:
-    from paczero.report.plots import _pyplot, _save
+    from paczero.experiments.report.plots import _pyplot, _save
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -269,7 +269,7 @@ def regime_command(ns) -> int:
         n_grid, settings = ns.n_grid or default_n_grid(g.shape[1]), meta.get("settings_args", [])
     else:
         if ns.run:
-            from paczero.audit import _load_config
+            from paczero.audit.membership import _load_config
 
             cfg = TrainConfig.from_dict({**_load_config(Path(ns.run)).to_dict(), **flags}, source=ns.run).validate()
         else:

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from paczero.hardware import allowed_cores
+from paczero.machine.hardware import allowed_cores
 
 _ACTIVE: list["ThreadShare"] = []
 

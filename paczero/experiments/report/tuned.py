@@ -13,8 +13,8 @@ import statistics
 from collections import defaultdict
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
-from paczero.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
+from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
+from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
 TUNED_TABLES = ("cpu-tuned", "cpu-regime", "cpu-practitioner")  # the tables this layout reports
@@ -195,7 +195,7 @@ def plot_tuned(cells: list[Cell], path):
     and DP on one axis; a non-private reference stands at 1), where the MI plateau (PAC-MI flat as the
     budget grows) and the DP cliff (DP at chance for small ε) show. Right: against the measured
     train-vs-held-out loss attack's AUC (0.5: no signal), which DP's ε bounds and the PAC guarantee does not."""
-    from paczero.report.plots import _pyplot
+    from paczero.experiments.report.plots import _pyplot
 
     chosen = sorted(chosen_cells(cells), key=_comparison_order)
     if not chosen:

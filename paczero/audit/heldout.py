@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from paczero.audit import PAC_TRANSCRIPT, _load_config, auc, auc_interval
+from paczero.audit.membership import PAC_TRANSCRIPT, _load_config, auc, auc_interval
 from paczero.config import DP_MECHANISMS, ConfigError
 
 __all__ = ["HELDOUT_BOUND", "PRIVATE_FILE", "kept_private", "record_losses", "heldout_attack", "run_heldout_attack",
@@ -96,7 +96,7 @@ def heldout_audit(run_dirs: Sequence[str | Path], *, bootstrap: int = 1000, seed
     spread of the AUC over the runs (``paczero audit --heldout``)."""
     from safetensors.torch import load_file
 
-    from paczero.build import build, load_trainable
+    from paczero.run.build import build, load_trainable
     from paczero.models import trainable_parameters
 
     per_run = []

@@ -1,5 +1,5 @@
 """A report's PNG plots: accuracy against the MI budget, the DP cliff, unanimity, one run's trajectory, a cell's
-curves (paczero/curves.py)."""
+curves (paczero/run/curves.py)."""
 from __future__ import annotations
 
 import re
@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from paczero.config import DP_MECHANISMS
-from paczero.report.cells import DP_NAMES, Cell, Run, mean_std, model_label, read_log, task_data_label, update_rules
+from paczero.experiments.report.cells import DP_NAMES, Cell, Run, mean_std, model_label, read_log, task_data_label, update_rules
 
 
 def _pyplot():
@@ -120,8 +120,8 @@ def plot_privacy_utility(cells: list[Cell], path: Path) -> Path | None:
     """Test accuracy (mean ± std over seeds) against the MIA bound of each cell's guarantee, PAC and DP on one
     axis: the bound on an informed adversary's membership-inference success at prior 0.5 (0.5: no advantage).
     A non-private reference has no bound and stands at 1; the zero-shot base model is a horizontal line."""
-    from paczero.report.cells import guarantee, method_label
-    from paczero.report.tables import zero_shot_stats
+    from paczero.experiments.report.cells import guarantee, method_label
+    from paczero.experiments.report.tables import zero_shot_stats
 
     points = []
     for c in cells:
@@ -194,7 +194,7 @@ def plot_trajectory(run: Run, path: Path) -> Path | None:
 
 def plot_curves(cell: Cell, path: Path) -> Path | None:
     """The curves of a cell's runs (train loss, dev metric, privacy spent, unanimity), one line per run."""
-    from paczero.curves import draw_curves
+    from paczero.run.curves import draw_curves
 
     def label(r: Run) -> str:
         return f"seed {r.seed}" if re.fullmatch(r"seed\d+", r.run_dir.name) else f"{r.run_dir.name} (seed {r.seed})"
