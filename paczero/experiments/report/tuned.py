@@ -90,10 +90,17 @@ def gains(cell: Cell, split: str = "test") -> dict[str, tuple]:
     return {"accuracy": mean_std(acc), "loss": mean_std(loss)}
 
 
+def _zero_label(settings: dict, groups: list) -> str:
+    """``zero-shot``, with the dtype where the table's runs evaluated the base model in more than one."""
+    dtypes = {g.get("dtype") for g, _ in groups}
+    return "zero-shot" if len(dtypes) < 2 else f"zero-shot ({settings.get('dtype')})"
+
+
 def gain_table(cells: list[Cell]) -> str:
     """The chosen cell of every method as gains over the strong zero-shot, in domain and out of domain."""
-    rows = [["zero-shot", "—", fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "0", "0", "0",
-             "none needed (reads no training data)", "—"] for _, st in zero_shot_stats(cells)]
+    zero = zero_shot_stats(cells)
+    rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "0",
+             "0", "0", "none needed (reads no training data)", "—"] for settings, st in zero]
     for method, (c, _seed, _grid) in sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0])):
         text, _mia = guarantee(c)
         g, o = gains(c), gains(c, "ood_test")
