@@ -16,10 +16,9 @@ log-masses of the two sides (each a logsumexp over its own entries), never as
   instead (MI 0);
 * disagreement, PAC-MI (Section 3.1): ``y~ = s_{j*} + gamma X`` with ``X`` an
   exact discrete Gaussian of scale ``sigma / gamma`` on the public power-of-two
-  grid ``gamma = noise_grid(sigma)`` (:mod:`paczero.privacy.exact_noise`: a float
-  ``s + sigma z`` would tell ``s`` by its last bits), ``sigma = calibrate(m,
-  beta_t)`` rounded up to 20 significant bits (``public_sigma``: the same on
-  every machine), ``beta_t`` from eq. (adaptive-beta) capped at ``0.999 h(m)``;
+  grid ``gamma = noise_grid(sigma)`` (:mod:`paczero.privacy.exact_noise`: a float ``s + sigma z``
+  would tell ``s`` by its last bits), ``sigma = public_sigma(calibrate(m, beta_t))`` (20 significant
+  bits: the same on every machine), ``beta_t`` from eq. (adaptive-beta) capped at ``0.999 h(m)``;
   release ``sgn(y~)``; Bayes update of the posterior on ``y~`` (the lattice
   channel's likelihood ratio is the Gaussian one, ``exp(2 y~ / sigma^2)``);
   charge ``discrete_binary_mi(m, sigma, gamma) (1 + CHARGE_MARGIN) <= beta_t``,
