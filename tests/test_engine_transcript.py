@@ -169,8 +169,8 @@ def _close(got, want, rtol: float, where: str) -> None:
         assert got == want, f"{where}: {got!r} vs stored {want!r}"
 
 
-def _compare_record(got: dict, want: dict, *, library_rtol: float, forward_rtol: float) -> None:
-    """One step's record: exact fields exactly, library fields to ``library_rtol`` (0: exactly), the float32
+def _compare_record(got: dict, want: dict, *, forward_rtol: float) -> None:
+    """One step's record: exact fields exactly, library fields to ``FLOAT64_RTOL``, the float32
     diagnostics (train loss; a DP coefficient, a noised sum of forward scalars) to ``forward_rtol``."""
     assert got.keys() == want.keys(), f"step {want['step']}: fields {sorted(got)} vs stored {sorted(want)}"
     dp = want["branch"] == "dp"
@@ -178,8 +178,8 @@ def _compare_record(got: dict, want: dict, *, library_rtol: float, forward_rtol:
         where = f"step {want['step']} {key}"
         if key == "train_loss" or (key == "coef" and dp):
             _close(got[key], want[key], forward_rtol, where)
-        elif key in LIBRARY_FIELDS and library_rtol:
-            _close(got[key], want[key], library_rtol, where)
+        elif key in LIBRARY_FIELDS:
+            _close(got[key], want[key], FLOAT64_RTOL, where)
         else:
             assert got[key] == want[key], f"{where}: {got[key]!r} vs stored {want[key]!r}"
 
@@ -215,7 +215,7 @@ def test_the_mechanism_replays_the_stored_scalars(name):
     got = replay(name, want)
     assert len(got) == len(want["records"])
     for g, w in zip(got, want["records"]):
-        _compare_record(g, w, library_rtol=FLOAT64_RTOL, forward_rtol=0.0)
+        _compare_record(g, w, forward_rtol=0.0)
 
 
 # ------------------------------------------------------------------ the model's part, with the margin rule
@@ -251,7 +251,7 @@ def compare_model_part(got: dict, want: dict) -> str | None:
                         return (f"steps 0..{step - 1} compared; at step {step} direction {k}'s subset {j} has mean "
                                 f"{a:.3g} here and {b:.3g} stored, within {tol:.3g} of 0: its sign (and what "
                                 "follows) belongs to the CPU's float32 rounding")
-        _compare_record(g_r, w_r, library_rtol=FLOAT64_RTOL, forward_rtol=FORWARD_RTOL)
+        _compare_record(g_r, w_r, forward_rtol=FORWARD_RTOL)
     return None
 
 
