@@ -755,3 +755,27 @@ def test_the_practitioner_table_gives_each_methods_gain_over_its_own_zero_shot(t
     assert cols[4] == f"{(2.0 + 4.0) / 2:.2f} ± {statistics.stdev([2.0, 4.0]):.2f} (n=2)"  # 92-90, 95-91
     assert cols[5].startswith(f"{(-0.03 - 0.06) / 2:.4f}")  # 0.30-0.33, 0.25-0.31
     assert cols[6].startswith(f"{(3.0 + 5.0) / 2:.2f}")  # out of domain: 91-88, 94-89
+
+
+def test_the_practitioner_tables_name_each_zero_shot_by_its_dtype(tmp_path):
+    """Where the table's runs evaluated the base model in two dtypes, every zero-shot row in both of the table's
+    layouts (gains and figures) names its dtype. Red if either layout labels two rows plainly "zero-shot"
+    (two rows a reader cannot tell apart)."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 20, "free_steps": 20, "unanimity_rate": 0.5}
+    for cell, dtype in (("lora-zpl-skip-lr5e-3", "bf16"), ("lora-mezo-lr5e-3", "fp32")):
+        name = f"cpu-practitioner/{cell}"
+        recipe = load_yaml(recipes_root() / f"{name}.yaml")
+        run = write_run(root, name, 0, test=0.92, dev=0.93, privacy=zpl if "zpl" in cell else None,
+                        **{**recipe, "dtype": dtype, "data": str(tmp_path / "imdb.jsonl"), "data_seed": 0})
+        summary = json.loads((run / "summary.json").read_text())
+        summary["zero_shot"] = {"test": {"accuracy": 0.90, "loss": 0.33}, "dev": None}
+        (run / "summary.json").write_text(json.dumps(summary))
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    section = md[md.index("## cpu-practitioner"):md.index("Learning-rate grid")]
+    labels = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| zero-shot")]
+    assert sorted(labels) == ["zero-shot (bf16)", "zero-shot (bf16)", "zero-shot (fp32)", "zero-shot (fp32)"], labels

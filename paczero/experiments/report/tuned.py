@@ -126,8 +126,9 @@ def tuned_table(cells: list[Cell]) -> str:
 
 def _tuned_table(cells: list[Cell]) -> str:
     chosen = choose(cells)
-    rows = [["zero-shot", "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells)), "—",
-             "none needed (reads no training data)", "0.5", "—"] for _, st in zero_shot_stats(cells)]
+    zero = zero_shot_stats(cells)
+    rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells)), "—",
+             "none needed (reads no training data)", "0.5", "—"] for settings, st in zero]
     for method, (c, _seed, _grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
         text, mia = guarantee(c)
         rows.append([label(c.cfg), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")),
