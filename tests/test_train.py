@@ -433,7 +433,22 @@ def test_compiled_lora_step_sees_the_perturbation_and_the_update():
     """``compile``: the compiled body reads the adapters' swapped-in (theta +/- mu z) and updated tensors.
 
     Scalars and losses match the eager model's to float tolerance and are far from zero: a graph that had
-    frozen the adapters would give + and - losses equal (g = 0) and miss the update."""
+    frozen the adapters would give + and - losses equal (g = 0) and miss the update
+    (:func:`_check_compiled_lora_step`). The check runs in a Python process of its own: a native failure in the
+    kernels Inductor compiled on this machine (an abort ends its whole process) then fails this test with that
+    process's own error output and traceback, where in the test process it would end the suite unreported."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c",
+                           "import test_train; test_train._check_compiled_lora_step()"],
+                          cwd=Path(__file__).parent, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, f"the compiled check's process ended with {done.returncode}:\n{done.stderr[-8000:]}"
+
+
+def _check_compiled_lora_step():
+    """The compiled step's check, run by :func:`test_compiled_lora_step_sees_the_perturbation_and_the_update`."""
     import numpy as np
 
     from paczero.models import compile_body, load_model, trainable_parameters
