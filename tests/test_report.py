@@ -760,7 +760,7 @@ def test_the_practitioner_table_gives_each_methods_gain_over_its_own_zero_shot(t
 def test_the_practitioner_tables_name_each_zero_shot_by_its_dtype(tmp_path):
     """Where the table's runs evaluated the base model in two dtypes, every zero-shot row in both of the table's
     layouts (gains and figures) names its dtype. Red if either layout labels two rows plainly "zero-shot"
-    (two rows a reader cannot tell apart)."""
+    (two rows a reader cannot tell apart), or if a row's out-of-domain zero-shot pooled the other dtype's runs."""
     from paczero.config import load_yaml
     from paczero.recipes import recipes_root
 
@@ -773,9 +773,14 @@ def test_the_practitioner_tables_name_each_zero_shot_by_its_dtype(tmp_path):
         run = write_run(root, name, 0, test=0.92, dev=0.93, privacy=zpl if "zpl" in cell else None,
                         **{**recipe, "dtype": dtype, "data": str(tmp_path / "imdb.jsonl"), "data_seed": 0})
         summary = json.loads((run / "summary.json").read_text())
-        summary["zero_shot"] = {"test": {"accuracy": 0.90, "loss": 0.33}, "dev": None}
+        ood = {"bf16": 0.80, "fp32": 0.70}[dtype]
+        summary["zero_shot"] = {"test": {"accuracy": 0.90, "loss": 0.33}, "ood_test": {"accuracy": ood}, "dev": None}
         (run / "summary.json").write_text(json.dumps(summary))
     md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
     section = md[md.index("## cpu-practitioner"):md.index("Learning-rate grid")]
-    labels = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| zero-shot")]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| zero-shot")]
+    labels = [r[0] for r in rows]
     assert sorted(labels) == ["zero-shot (bf16)", "zero-shot (bf16)", "zero-shot (fp32)", "zero-shot (fp32)"], labels
+    figures = {r[0]: r[3] for r in rows if len(r) == 8}  # the figures layout: its out-of-domain column, by dtype
+    assert figures == {"zero-shot (bf16)": "80.00 (n=1)", "zero-shot (fp32)": "70.00 (n=1)"}, figures

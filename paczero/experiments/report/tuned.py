@@ -8,6 +8,7 @@ dev loss: a choice that reads dev only. The chosen cell's other seeds then give 
 """
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from collections import defaultdict
@@ -67,10 +68,19 @@ def _extra(cell: Cell, key: str, field: str) -> tuple:
     return mean_std(values)
 
 
-def _zero_shot_ood(cells: list[Cell]) -> tuple:
+def _same(value) -> str:
+    """A setting as :func:`zero_shot_stats` keys it (JSON: a dict's integer keys become strings)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _zero_shot_ood(cells: list[Cell], settings: dict | None = None) -> tuple:
+    """The zero-shot out-of-domain accuracy over data seeds, of the runs whose zero-shot settings are ``settings``
+    (:func:`zero_shot_stats`'s groups; None: every run)."""
     per_seed: dict = defaultdict(list)
     for c in cells:
         for r in c.runs:
+            if settings is not None and any(_same(r.cfg.get(k)) != _same(v) for k, v in settings.items()):
+                continue
             v = ((r.summary.get("zero_shot") or {}).get("ood_test") or {}).get("accuracy")
             if v is not None:
                 per_seed[r.cfg.get("data_seed")].append(100.0 * float(v))
@@ -127,7 +137,7 @@ def tuned_table(cells: list[Cell]) -> str:
 def _tuned_table(cells: list[Cell]) -> str:
     chosen = choose(cells)
     zero = zero_shot_stats(cells)
-    rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells)), "—",
+    rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells, settings)), "—",
              "none needed (reads no training data)", "0.5", "—"] for settings, st in zero]
     for method, (c, _seed, _grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
         text, mia = guarantee(c)
