@@ -760,7 +760,8 @@ def test_the_practitioner_table_gives_each_methods_gain_over_its_own_zero_shot(t
 def test_the_practitioner_tables_name_each_zero_shot_by_its_dtype(tmp_path):
     """Where the table's runs evaluated the base model in two dtypes, every zero-shot row in both of the table's
     layouts (gains and figures) names its dtype. Red if either layout labels two rows plainly "zero-shot"
-    (two rows a reader cannot tell apart), or if a row's out-of-domain zero-shot pooled the other dtype's runs."""
+    (two rows a reader cannot tell apart), if the sentence above the table quotes one dtype's zero-shot
+    as the base model's, or if a row's out-of-domain zero-shot pooled the other dtype's runs."""
     from paczero.config import load_yaml
     from paczero.recipes import recipes_root
 
@@ -784,3 +785,6 @@ def test_the_practitioner_tables_name_each_zero_shot_by_its_dtype(tmp_path):
     assert sorted(labels) == ["zero-shot (bf16)", "zero-shot (bf16)", "zero-shot (fp32)", "zero-shot (fp32)"], labels
     figures = {r[0]: r[3] for r in rows if len(r) == 8}  # the figures layout: its out-of-domain column, by dtype
     assert figures == {"zero-shot (bf16)": "80.00 (n=1)", "zero-shot (fp32)": "70.00 (n=1)"}, figures
+    headline = next(line for line in section.splitlines() if line.startswith("Test accuracy %"))
+    words = headline[headline.index("the base model zero-shot: "):].removeprefix("the base model zero-shot: ")
+    assert sorted(words.rstrip(".").split(", ")) == ["90.00 (n=1) in bf16", "90.00 (n=1) in fp32"], headline

@@ -195,10 +195,12 @@ def tuned_headline(cells: list[Cell]) -> str | None:
     mezo = [c for c in chosen.values() if c.cfg["mechanism"] == "mezo"]
     others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
         [f"{dp_in_words(c.cfg)}'s {fmt_ms(*c.stat('test'))}" for c in dp_by_epsilon(list(chosen.values()))]
-    zero = [fmt_ms(*st["test"]) for _, st in zero_shot_stats(cells)]
+    zero = zero_shot_stats(cells)
+    words = ", ".join(fmt_ms(*st["test"]) + ("" if _zero_label(s, zero) == "zero-shot" else f" in {s.get('dtype')}")
+                      for s, st in zero)
     return ("Test accuracy %, each method at its dev-chosen learning rate: " + "; ".join(parts)
             + (", against " + ", ".join(others) if others else "")
-            + (f"; the base model zero-shot: {zero[0]}" if zero else "") + ".")
+            + (f"; the base model zero-shot: {words}" if zero else "") + ".")
 
 
 def chosen_cells(cells: list[Cell]) -> list[Cell]:
