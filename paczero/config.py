@@ -20,13 +20,14 @@ import yaml
 
 #: The mechanism registry: every name a config may give (the classes: ``paczero.mechanisms.MECHANISMS``,
 #: kept equal to this by a test), and the families that train, report, statement and bench read.
-MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd",
+MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "mezo", "dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd", "adamw",
               "raw_full", "quant_full", "raw_half", "quant_half", "random_sign")
 PAC_MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "raw_half", "quant_half")  # these use the candidate subsets
 PAC_PRIVATE = ("pac-zpl", "pac-mi", "hybrid")  # a PAC Privacy guarantee
 MI_BUDGETED = ("pac-mi", "hybrid")              # take an MI budget (mi_budget)
 DP_MECHANISMS = ("dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd")  # (epsilon, delta)-DP on Poisson-sampled batches
-FIRST_ORDER = ("dp-sgd",)  # a gradient step (paczero/fo/), not the zeroth-order step
+FIRST_ORDER = ("dp-sgd", "adamw")  # a gradient step (paczero/fo/), not the zeroth-order step
+NON_PRIVATE_FIRST_ORDER = "adamw"  # plain AdamW fine-tuning (as Trainer/TRL's SFT): no clipping, no noise, no privacy
 SELECT_METRICS = ("loss", "accuracy", "f1")  # dev-best selection: the lowest dev loss, the highest accuracy or F1
 TASKS = ("sst2", "squad", "demo", "completion")
 CLASSIFICATION_TASKS = ("sst2", "demo")
@@ -80,7 +81,7 @@ class TrainConfig:
     dp_clip: float = 25.0                    # DP baselines: per-example clip of the scalar (dp-sgd: of the gradient's L2 norm)
     sample_rate: float = 0.064               # DP baselines: Poisson sampling rate q
     accountant: str = "rdp"                  # "rdp" | "pld" (the other is reported too)
-    batch_size: int | None = None            # mezo mini-batch (None: the whole universe)
+    batch_size: int | None = None            # mezo and adamw mini-batch (None: the whole universe)
     # optimisation
     steps: int = 1000                        # T
     lr: float = 1e-3                         # learning rate
@@ -304,22 +305,26 @@ def _check_mechanism(cfg: TrainConfig) -> None:
                                            "use dp-aggzo for K > 1")
     elif cfg.epsilon is not None:
         raise ConfigError(f"epsilon applies to {', '.join(DP_MECHANISMS)} only, not {cfg.mechanism}")
+    if cfg.mechanism == NON_PRIVATE_FIRST_ORDER:
+        _check_first_order(cfg)
     if cfg.batch_size is not None:
-        need(cfg.mechanism == "mezo", "batch_size applies to mezo only")
+        need(cfg.mechanism in ("mezo", NON_PRIVATE_FIRST_ORDER), "batch_size applies to mezo and adamw only")
         integer("batch_size", cfg.batch_size, 1)
 
 
 def _check_first_order(cfg: TrainConfig) -> None:
-    """DP-SGD: a gradient step, so none of the zeroth-order step's settings; no resume (its AdamW state is not
-    checkpointed)."""
-    need(cfg.num_directions == 1, "num_directions applies to the zeroth-order mechanisms, not dp-sgd")
-    need(cfg.clip is None, "clip (the stability clip of the two-point scalars) does not apply to dp-sgd; "
-                           "its per-example gradient clip is dp_clip")
-    need(not cfg.resume, "dp-sgd runs cannot be resumed (the optimizer state is not checkpointed); "
+    """DP-SGD and adamw: a gradient step, so none of the zeroth-order step's settings; no resume (the AdamW state
+    is not checkpointed)."""
+    m = cfg.mechanism
+    need(cfg.num_directions == 1, f"num_directions applies to the zeroth-order mechanisms, not {m}")
+    need(cfg.clip is None, f"clip (the stability clip of the two-point scalars) does not apply to {m}"
+                           + ("; its per-example gradient clip is dp_clip" if m == "dp-sgd" else ""))
+    need(not cfg.resume, f"{m} runs cannot be resumed (the optimizer state is not checkpointed); "
                          "start the run again, or in another folder")
-    need(cfg.device_map is None, "dp-sgd does not run on a sharded model (--device-map)")
-    need(not cfg.compile, "compile does not apply to dp-sgd (Opacus's per-example hooks run on the eager model)")
-    need(cfg.task != "squad" or cfg.objective == "nll", "dp-sgd needs a differentiable loss: objective nll, not f1")
+    need(cfg.device_map is None, f"{m} does not run on a sharded model (--device-map)")
+    if m == "dp-sgd":
+        need(not cfg.compile, "compile does not apply to dp-sgd (Opacus's per-example hooks run on the eager model)")
+    need(cfg.task != "squad" or cfg.objective == "nll", f"{m} needs a differentiable loss: objective nll, not f1")
 
 
 def _check_prompt_and_data(cfg: TrainConfig) -> None:

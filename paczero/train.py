@@ -79,7 +79,7 @@ def make_mechanism(cfg: TrainConfig, n_universe: int, private_rng: np.random.Gen
         return (DPAggZO if name == "dp-aggzo" else DPZeroAggZO1)(  # dpzero-aggzo1: DP-AggZO's code at K = 1
             n_universe, cfg.epsilon, cfg.delta, cfg.steps, cfg.sample_rate, cfg.dp_clip, cfg.num_directions,
             accountant=cfg.accountant, seed=private_rng)
-    if name == "mezo":
+    if name in ("mezo", "adamw"):  # mini-batches from the public seed
         return build_mechanism(name, batch_size=cfg.batch_size, seed=cfg.seed)
     secret_rng = private_rng if secret_rng is None else secret_rng
     if design is None:
@@ -204,7 +204,7 @@ class Run:
         self.zero_shot: dict | None = None
         self.cum_time = 0.0
         self.journal = self.ladder = self.tracker = None
-        self.first_order = None  # DP-SGD's Opacus hooks and optimizer (paczero/fo/dpsgd_step.py)
+        self.first_order = None  # a first-order engine: DP-SGD's Opacus hooks, or adamw's optimizer (paczero/fo/)
 
     def open_journal(self, resumed) -> None:
         """The private journal, begun with the mechanism's state unless it holds this run's start; one line."""
@@ -285,8 +285,8 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
                                design=resumed.design if resumed else None,
                                secret_rng=secret_generator(cfg.private_seed))
     run = Run(cfg, ranks, run_dir, log, setup, fingerprint, params, perturber, mechanism, t_setup)
-    if cfg.mechanism in FIRST_ORDER:  # DP-SGD: Opacus's hooks on the trainable parameters (paczero/fo/)
-        from paczero.fo.dpsgd_step import attach
+    if cfg.mechanism in FIRST_ORDER:  # DP-SGD (Opacus's hooks) or adamw on the trainable parameters (paczero/fo/)
+        from paczero.fo import attach
 
         run.first_order = attach(cfg, ranks, setup, params)
     return run, resumed
@@ -310,7 +310,6 @@ def _begin(run: Run) -> None:
 
 def _loop(run: Run) -> tuple[int, bool]:
     """Steps ``run.start`` .. T-1 of Algorithm 1; returns (steps done, whether a stop request ended it early)."""
-    from paczero.fo.dpsgd_step import dpsgd_step
     from paczero.machine.thread_share import refresh as refresh_threads
 
     cfg, setup, mechanism, ranks = run.cfg, run.setup, run.mechanism, run.ranks
@@ -328,9 +327,9 @@ def _loop(run: Run) -> tuple[int, bool]:
             idx = mechanism.batch_indices(run.n)  # PAC: None, the whole universe; DP: a private Poisson sample
             ranks.announce(step, idx)
             batches, rows = step_batches(task, setup.universe, run.full_batches, idx, cfg.token_budget)
-            if run.first_order is not None:  # DP-SGD: clipped per-example gradients plus noise (paczero/fo/)
-                result = dpsgd_step(batches, fo=run.first_order, mechanism=mechanism, loss_fn=loss_fn,
-                                    lr=lr_at(cfg, step), device=setup.device)
+            if run.first_order is not None:  # a gradient step: DP-SGD or adamw (paczero/fo/)
+                result = run.first_order.step(batches, mechanism=mechanism, loss_fn=loss_fn,
+                                              lr=lr_at(cfg, step), device=setup.device)
                 releases = [result.release]
             else:  # the zeroth-order step of Algorithm 1 (paczero/zo/)
                 result, releases = _zeroth_order_step(run, step, batches, rows, loss_fn, stop.requested)
@@ -362,7 +361,7 @@ def _loop(run: Run) -> tuple[int, bool]:
                                     refresh=False)
             if stop.requested and done < cfg.steps:
                 stopped = True
-                run.log(f"\nstopped at step {done}: checkpoint written; " + ("a dp-sgd run cannot be resumed (its "
+                run.log(f"\nstopped at step {done}: checkpoint written; " + (f"a {cfg.mechanism} run cannot be resumed (its "
                         "optimizer state is not saved)" if run.first_order else "continue with --resume"))
                 break
     ranks.stop()

@@ -46,6 +46,9 @@ class FirstOrder:
     mode: str
     clip: float
 
+    def step(self, batches: Sequence, *, mechanism, loss_fn: Callable, lr: float, device) -> "FirstOrderResult":
+        return dpsgd_step(batches, fo=self, mechanism=mechanism, loss_fn=loss_fn, lr=lr, device=device)
+
     def close(self) -> None:
         """Remove Opacus's hooks and the parameters' gradients (the model is inference-only again)."""
         self.hooks.remove_hooks()

@@ -10,7 +10,7 @@ from typing import Any
 from .base import BRANCHES, Mechanism, Release
 from .hybrid import Hybrid
 from .pac import PacMI, PacZPL
-from .reference import MeZO, QuantFull, QuantHalf, RandomSign, RawFull, RawHalf
+from .reference import MeZO, NonPrivateAdamW, QuantFull, QuantHalf, RandomSign, RawFull, RawHalf
 
 from .dp import DPAggZO, DPZero, DPZeroAggZO1
 from .dpsgd import DPSGD
@@ -30,6 +30,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "dp-aggzo": DPAggZO,
     "dpzero-aggzo1": DPZeroAggZO1,
     "dp-sgd": DPSGD,
+    "adamw": NonPrivateAdamW,
 }
 
 
@@ -66,6 +67,7 @@ __all__ = [
     "DPAggZO",
     "DPZeroAggZO1",
     "DPSGD",
+    "NonPrivateAdamW",
     "MECHANISMS",
     "build_mechanism",
 ]

@@ -9,6 +9,8 @@ with deterministic surrogates to locate where the utility comes from:
 * ``quant_half`` -- sign of the secret-subset mean
 * ``random_sign``-- a fair coin every step (the negative control)
 * ``mezo``       -- plain MeZO: mean over a fresh mini-batch (or the universe)
+* ``adamw``      -- non-private first-order fine-tuning: AdamW on the mean loss of a fresh mini-batch
+  (the ceiling of a table; its step is :mod:`paczero.fo.adamw_step`)
 
 None of them carries any privacy guarantee; their ``privacy_statement`` says
 ``"private": False``. They take the per-sample scalars (``step``) rather than
@@ -28,7 +30,7 @@ from ..privacy.secure_random import generator_from_state, generator_state
 from ..privacy.subsets import SeedLike, check_design, private_generator
 from .base import Mechanism, Release
 
-__all__ = ["RawFull", "QuantFull", "RawHalf", "QuantHalf", "RandomSign", "MeZO"]
+__all__ = ["RawFull", "QuantFull", "RawHalf", "QuantHalf", "RandomSign", "MeZO", "NonPrivateAdamW"]
 
 
 def _sign(x: float) -> int:
@@ -227,3 +229,27 @@ class MeZO(_Reference):
 
     def _one(self, g: np.ndarray) -> Release:
         return Release(bit=0, branch="direct", coef=float(g.mean()))
+
+
+class NonPrivateAdamW(MeZO):
+    """``adamw``: plain first-order fine-tuning, the non-private ceiling of a table. Each step the engine
+    (:func:`paczero.fo.adamw_step.adamw_step`) takes one AdamW step on the mean loss of the mini-batch that
+    :meth:`batch_indices` draws (``batch_size`` distinct examples from a seeded, public generator; ``None``:
+    the whole universe). No clipping, no noise, no privacy claim."""
+
+    name = "adamw"
+
+    def step(self, scalars: np.ndarray) -> list[Release]:
+        raise TypeError("adamw takes a gradient step, not per-direction scalars: train it with "
+                        "paczero.fo.adamw_step (release() records the step)")
+
+    def release(self) -> Release:
+        """The step's public record (nothing is released but the weights); ends the step."""
+        self._steps += 1
+        return Release(bit=0, branch="direct", coef=None)
+
+    def privacy_statement(self) -> dict[str, Any]:
+        statement = super().privacy_statement()
+        statement["note"] = ("non-private reference: first-order AdamW fine-tuning on the data, no clipping and no "
+                             "noise; no privacy guarantee")
+        return statement

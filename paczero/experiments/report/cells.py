@@ -176,6 +176,8 @@ def method_label(cfg: dict) -> str:
         return f"DP-SGD ε={cfg.get('epsilon'):g}"
     elif mech == "mezo":
         label = "MeZO (non-private)"
+    elif mech == "adamw":
+        return "AdamW (non-private, first-order)"
     else:
         label = str(mech)
     return label + (f" K={k}" if k and k > 1 else "")
