@@ -5,8 +5,8 @@ the weights (a LoRA adapter or a full model), the tokenizer, the model card and 
 the model was trained for. For a classification model, ``task.json`` gives the prompt template, the
 option text of each label (the verbalizer) and the label names; a prediction is the label whose option
 has the highest mean log-probability after the prompt. This script loads the folder, scores every
-example of a labelled file and prints the accuracy, the number ``paczero eval`` reports on the same
-examples::
+example of a labelled file and prints the accuracy and the loss, the numbers ``paczero eval`` reports on the
+same examples::
 
     python examples/use_released_model.py runs/mine/model heldout.jsonl
     python examples/use_released_model.py runs/mine/model heldout.jsonl --base-model path/to/base
@@ -109,9 +109,10 @@ def label_of(task: dict, value) -> int:
     return int(float(value))  # a CSV cell holds text: "1", or "1.0"
 
 
-def accuracy(model, tokenizer, task: dict, examples: list[dict], token_budget: int = 2048) -> float:
-    """The fraction of ``examples`` whose highest-scoring option is their label's; the examples' (prompt,
-    option) rows are scored in batches of about ``token_budget`` tokens."""
+def evaluate(model, tokenizer, task: dict, examples: list[dict], token_budget: int = 2048) -> dict[str, float]:
+    """``accuracy``, the fraction of ``examples`` whose highest-scoring option is their label's, and ``loss``, the
+    mean cross-entropy of the label over the option scores (both as ``paczero eval`` reports them); the
+    examples' (prompt, option) rows are scored in batches of about ``token_budget`` tokens."""
     if task["kind"] != "classification":
         raise SystemExit(f"this script scores classification; this model's task is {task['kind']!r} "
                          f"(task.json and the model card say how its prompts and answers are built)")
@@ -120,14 +121,21 @@ def accuracy(model, tokenizer, task: dict, examples: list[dict], token_budget: i
     room = task["max_length"] - (max(len(o) for o in options) - 1)
     prompts = [prompt_ids(task, tokenizer, example, room) for example in examples]
     per_example = max(1, token_budget // (max(map(len, prompts)) + max(map(len, options))) // len(options))
-    correct = 0
+    correct, loss = 0, 0.0
     for start in range(0, len(examples), per_example):
         batch = range(start, min(start + per_example, len(examples)))
         scores = option_scores(model, [(prompts[i], option) for i in batch for option in options])
         for j, i in enumerate(batch):
-            mine = scores[j * len(options):(j + 1) * len(options)]
-            correct += labels[max(range(len(mine)), key=mine.__getitem__)] == label_of(task, examples[i]["label"])
-    return correct / len(examples)
+            mine = torch.tensor(scores[j * len(options):(j + 1) * len(options)])
+            truth = labels.index(label_of(task, examples[i]["label"]))
+            correct += int(mine.argmax()) == truth
+            loss -= torch.log_softmax(mine, dim=0)[truth].item()  # cross-entropy of the label over the options
+    return {"accuracy": correct / len(examples), "loss": loss / len(examples)}
+
+
+def accuracy(model, tokenizer, task: dict, examples: list[dict], token_budget: int = 2048) -> float:
+    """The accuracy of :func:`evaluate`."""
+    return evaluate(model, tokenizer, task, examples, token_budget)["accuracy"]
 
 
 def read_examples(path: str | Path) -> list[dict]:
@@ -167,7 +175,7 @@ def main() -> None:
     model, tokenizer, task = load_released(args.model_dir, args.base_model)
     columns = dict(pair.split("=", 1) for pair in args.columns.split(",") if pair)
     examples = [{**e, **{field: e[col] for field, col in columns.items()}} for e in read_examples(args.data)]
-    print(json.dumps({"examples": len(examples), "accuracy": accuracy(model, tokenizer, task, examples)}))
+    print(json.dumps({"examples": len(examples), **evaluate(model, tokenizer, task, examples)}))
 
 
 if __name__ == "__main__":

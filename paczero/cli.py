@@ -1,4 +1,4 @@
-"""Command line: ``paczero train | eval | push | privacy | recipes | sweep | report | audit | bench | regime``.
+"""Command line: ``paczero train | eval | predict | push | privacy | recipes | sweep | report | audit | bench | regime``.
 
 Every field of :class:`paczero.config.TrainConfig` is a flag of ``train``
 (``mi_budget`` is ``--mi-budget``). Values merge in this order: defaults, a
@@ -57,8 +57,8 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="paczero", description="PAC-private zeroth-order fine-tuning of language models.")
     parser.add_argument("--version", action="version", version=f"paczero {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_add_train, _add_eval, _add_push, _add_privacy, _add_recipes, _add_sweep, _add_report, _add_audit,
-                _add_bench, _add_regime):
+    for add in (_add_train, _add_eval, _add_predict, _add_push, _add_privacy, _add_recipes, _add_sweep, _add_report,
+                _add_audit, _add_bench, _add_regime):
         add(sub)
     return parser
 
@@ -98,6 +98,24 @@ def _add_eval(sub) -> None:
                               "text, e.g. '0= terrible,1= great' (default: the run's)"),
                              ("labels", str, "classification class names, e.g. neg,pos: how the file's label "
                               "values map to classes, not the answer words (default: the run's)"),
+                             ("base-model", str, "a released LoRA adapter's base model (default: the one its "
+                              "task.json names)")):
+        p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS, type=kind, help=text)
+
+
+def _add_predict(sub) -> None:
+    """`paczero predict`: a classifier's label and class probabilities for each row of a file."""
+    p = sub.add_parser("predict", help="label each row of a file with a released classifier (or a run's selected "
+                       "weights): its predicted label and every class's probability, as CSV")
+    p.add_argument("target", help="a released model folder (RUN/model), a run folder, or a model name/path")
+    p.add_argument("--data", required=True, help="the rows to label: CSV, TSV, JSON lines, JSON or Parquet with a "
+                   "text column (a label column, if any, is kept beside the prediction and scored)")
+    p.add_argument("--out", help="write the CSV to this new file (default: stdout); an existing file is not replaced")
+    p.add_argument("--columns", type=parse_mapping, default=argparse.SUPPRESS,
+                   help="the file's column names, e.g. sentence=message (label=COLUMN where it holds labels)")
+    for name, kind, text in (("token-budget", int, "tokens per micro-batch (default: the run's)"),
+                             ("device", str, "auto, cpu or cuda[:N] (default: the run's)"),
+                             ("dtype", str, "auto, fp32, bf16 or fp16 (default: the run's)"),
                              ("base-model", str, "a released LoRA adapter's base model (default: the one its "
                               "task.json names)")):
         p.add_argument("--" + name, dest=name.replace("-", "_"), default=argparse.SUPPRESS, type=kind, help=text)
@@ -233,6 +251,15 @@ def _cmd_eval(ns) -> int:
                                              "base_model") if hasattr(ns, k)}
     result = evaluate_target(ns.target, split=ns.split, overrides=overrides)
     print(json.dumps(result, indent=1))
+    return 0
+
+
+def _cmd_predict(ns) -> int:
+    from paczero.evaluate import predict_target
+
+    overrides = {k: getattr(ns, k) for k in ("columns", "token_budget", "device", "dtype", "base_model")
+                 if hasattr(ns, k)}
+    predict_target(ns.target, ns.data, out=ns.out, overrides=overrides)
     return 0
 
 
@@ -446,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     _log_to_stderr()
     try:
         ns = parser.parse_args(argv)
-        handler = {"train": _cmd_train, "eval": _cmd_eval, "privacy": _cmd_privacy, "recipes": _cmd_recipes,
+        handler = {"train": _cmd_train, "eval": _cmd_eval, "predict": _cmd_predict, "privacy": _cmd_privacy, "recipes": _cmd_recipes,
                    "sweep": _cmd_sweep, "report": _cmd_report, "audit": _cmd_audit, "bench": _cmd_bench,
                    "push": _cmd_push, "regime": _cmd_regime}
         return handler[ns.command](ns)

@@ -331,8 +331,9 @@ def test_a_release_of_a_local_file_names_neither_its_path_nor_its_columns(tmp_pa
 def test_the_example_script_and_paczero_eval_agree_on_a_csv(small, tmp_path, capsys):
     """The same CSV (columns review and sentiment, labels by name, a split column whose test rows are scored)
     through `paczero eval MODEL --data FILE --columns ...` and through examples/use_released_model.py with the
-    same --columns: the same number of rows and the same accuracy. Red if the script cannot read CSV, scores
-    the train rows too, or reads the labels or the columns otherwise than paczero."""
+    same --columns: the same number of rows, the same accuracy and the same loss. Red if the script cannot read
+    CSV, scores the train rows too, reads the labels or the columns otherwise than paczero, or prints no loss
+    (or another one than eval's cross-entropy over the options)."""
     import contextlib
     import io
     import sys
@@ -365,3 +366,4 @@ def test_the_example_script_and_paczero_eval_agree_on_a_csv(small, tmp_path, cap
     scored = json.loads(printed.getvalue())
     assert scored["examples"] == evaluated["examples"] == 40
     assert round(scored["accuracy"] * 40) == round(evaluated["metrics"]["accuracy"] * 40)  # eval: an fp32 mean
+    assert scored["loss"] == pytest.approx(evaluated["metrics"]["loss"], rel=1e-4)  # the same cross-entropy

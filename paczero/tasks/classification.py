@@ -197,20 +197,42 @@ class ClassificationTask:
 
     def evaluate(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> dict[str, float]:
         """Mean loss and accuracy (fraction in [0, 1]) over ``enc``, batched."""
+        loss, correct, _ = self._scored(model, enc, token_budget)
+        return {"loss": float(loss.mean()), "accuracy": float(correct.mean())}
+
+    def report(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> dict:
+        """:meth:`evaluate`'s loss and accuracy (the same numbers) and, from the same pass, each class's
+        precision, recall, F1 and support and the confusion matrix (:func:`class_report`)."""
+        loss, correct, probs = self._scored(model, enc, token_budget)
+        truth = [e.label for e in enc]
+        return {"loss": float(loss.mean()), "accuracy": float(correct.mean()),
+                **class_report(truth, probs.argmax(dim=-1).tolist(), self.class_names())}
+
+    def probabilities(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> np.ndarray:
+        """``[len(enc), classes]`` class probabilities (the softmax of the class scores, whose cross-entropy is
+        the loss), in ``enc``'s order; column i is class ``self.labels[i]``."""
+        return self._scored(model, enc, token_budget)[2].numpy()
+
+    def class_names(self) -> list[str]:
+        """Each class's name, in class order: the label names where given, else the integer labels."""
+        return list(self.label_names) if self.label_names else [str(k) for k in self.labels]
+
+    def _scored(self, model, enc: Sequence[Encoded], token_budget: int):
+        """Per-example loss and 0/1 correctness ``[N]`` and class probabilities ``[N, C]`` (CPU fp32), in order."""
         if not enc:
             raise ValueError("evaluate needs at least one example")
         device = model_device(model)
         batches = self.make_batches(enc, token_budget)
         losses, correct = [], []
+        probs = torch.full((len(enc), self.num_classes), float("nan"), dtype=torch.float32)
         with torch.inference_mode():
             for batch in batches:
                 batch = batch.to(device)
                 scores = self.scores(model, batch)
                 losses.append(F.cross_entropy(scores, batch.labels, reduction="none"))
                 correct.append((scores.argmax(dim=-1) == batch.labels).float())
-        loss = collect(losses, batches, len(enc))
-        acc = collect(correct, batches, len(enc))
-        return {"loss": float(loss.mean()), "accuracy": float(acc.mean())}
+                probs[torch.from_numpy(batch.index)] = torch.softmax(scores.float(), dim=-1).cpu()
+        return collect(losses, batches, len(enc)), collect(correct, batches, len(enc)), probs
 
     def predict(self, model, enc: Sequence[Encoded], token_budget: int = 4096) -> np.ndarray:
         """Predicted labels (verbalizer keys) for ``enc``, in order."""
@@ -222,3 +244,21 @@ class ClassificationTask:
                 preds.append(self.scores(model, batch.to(device)).argmax(dim=-1).float())
         positions = collect(preds, batches, len(enc)).long().numpy()
         return np.asarray(self.labels)[positions]
+
+
+def class_report(truth: Sequence[int], predicted: Sequence[int], names: Sequence[str]) -> dict:
+    """Per-class ``precision``, ``recall``, ``f1`` and ``support`` (rows of that class), keyed by class name, and
+    the ``confusion`` matrix (``rows``: the true class, ``columns``: the predicted one, in ``names``' order) of
+    class positions ``truth`` against ``predicted``. A class never predicted has precision 0 (and F1 0)."""
+    k = len(names)
+    matrix = [[0] * k for _ in range(k)]
+    for t, p in zip(truth, predicted):
+        matrix[int(t)][int(p)] += 1
+    per_class = {}
+    for i, name in enumerate(names):
+        hit, said, support = matrix[i][i], sum(row[i] for row in matrix), sum(matrix[i])
+        precision = hit / said if said else 0.0
+        recall = hit / support if support else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        per_class[str(name)] = {"precision": precision, "recall": recall, "f1": f1, "support": support}
+    return {"per_class": per_class, "confusion": {"labels": [str(n) for n in names], "matrix": matrix}}
