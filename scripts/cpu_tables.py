@@ -25,21 +25,30 @@ def sci(x: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
-#: the practitioner's table (from the strong prompt) as data: scripts/recipe_templates/cpu-practitioner-grid.yaml
+#: the tables tuned on dev from the strong prompt, each a grid as data: scripts/recipe_templates/<table>-grid.yaml
+#: (cpu-practitioner: IMDb sentences; cpu-sst2 and gpu-sst2: SST-2, the paper's task)
+TUNED_GRIDS = ("cpu-practitioner", "cpu-sst2")
 PRACTITIONER = TEMPLATES / "cpu-practitioner-grid.yaml"
 
 
-def practitioner_cells(path: Path = PRACTITIONER) -> list[dict]:
-    """The practitioner's table: one cell per method and learning rate, CPU_SHARED with the grid's shared keys."""
+def practitioner_cells(path: Path = PRACTITIONER, table: str = "cpu-practitioner") -> list[dict]:
+    """A tuned table: one cell per method and learning rate, CPU_SHARED with the grid's shared keys (and its
+    data, seeds and per-forward seconds where the grid gives its own)."""
     grid = yaml.safe_load(path.read_text())
     cells = []
     for method, m in grid["methods"].items():
         for lr in m["lrs"]:
             cfg = {**CPU_SHARED, **grid["shared"], **m["config"], "lr": lr}
-            cells.append({"table": "cpu-practitioner", "cell": f"{method}-lr{sci(lr)}", "cfg": cfg,
-                          "title": f"{m['title']}, lr {sci(lr)}", "seeds": CPU_SEEDS, "source": "",
-                          "paper": None, "forwards": m["forwards"], "method": method})
+            cells.append({"table": table, "cell": f"{method}-lr{sci(lr)}", "cfg": cfg,
+                          "title": f"{m['title']}, lr {sci(lr)}", "seeds": grid.get("seeds", CPU_SEEDS),
+                          "source": "", "paper": None, "forwards": m["forwards"], "method": method,
+                          "data": grid.get("data", CPU_DATA), "ood": grid.get("ood", TUNED_OOD)})
     return cells
+
+
+def tuned_cells() -> list[dict]:
+    """Every tuned table's cells (:data:`TUNED_GRIDS`)."""
+    return [c for table in TUNED_GRIDS for c in practitioner_cells(TEMPLATES / f"{table}-grid.yaml", table)]
 
 
 def cpu_eval_forwards(cfg: dict) -> int:

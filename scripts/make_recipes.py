@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from cpu_tables import (CPU_DATA, CPU_REGIME_SHARED, CPU_SEEDS, CPU_SHARED, TEMPLATES, TUNED_OOD, cpu_regime_readme,
-                        cpu_scale_readme, cpu_tuned_readme, practitioner_cells, run_seconds, sci)
+                        cpu_scale_readme, cpu_tuned_readme, run_seconds, sci, tuned_cells, TUNED_GRIDS)
 
 ROOT = Path(__file__).resolve().parents[1] / "paczero" / "recipes"
 GRID, CITED = ROOT / "grid.csv", ROOT / "cited_results.csv"
@@ -173,14 +173,16 @@ def render_cpu(c: dict) -> str:
     """A CPU table's recipe: its header (long lines wrapped as comments), the recipe block and the config."""
     table, cfg, fw = c["table"], c["cfg"], c["forwards"]
     head = (TEMPLATES / f"{table}-header.txt").read_text().format(
-        title=c["title"], name=f"{table}/{c['cell']}", data=CPU_DATA, ood=TUNED_OOD,
-        minutes=run_seconds(table, cfg, fw) / 60, seeds=" ".join(map(str, CPU_SEEDS)), seed0=CPU_SEEDS[0],
+        title=c["title"], name=f"{table}/{c['cell']}", data=c.get("data", CPU_DATA), ood=c.get("ood", TUNED_OOD),
+        minutes=run_seconds(table, cfg, fw) / 60, seeds=" ".join(map(str, c.get("seeds", CPU_SEEDS))),
+        seed0=c.get("seeds", CPU_SEEDS)[0],
         steps=cfg["steps"], forwards=fw, track=cfg["track"])
     head = "\n".join(line if len(line) <= 110 else "\n# ".join(textwrap.wrap(line, 108, break_on_hyphens=False))
                      for line in head.splitlines()) + "\n"
+    seeds = c.get("seeds", CPU_SEEDS)
     recipe = {"recipe": {"name": f"{table}/{c['cell']}", "table": table, "cell": c["cell"], "title": c["title"],
-                         "seeds": CPU_SEEDS, "seed_field": "data_seed", "requires_data": CPU_DATA}}
-    unused = {"mu"} if cfg["mechanism"] == "dp-sgd" else set()  # a gradient step perturbs nothing
+                         "seeds": seeds, "seed_field": "data_seed", "requires_data": c.get("data", CPU_DATA)}}
+    unused = {"mu"} if cfg["mechanism"] in ("dp-sgd", "adamw") else set()  # a gradient step perturbs nothing
     return head + dump(recipe) + "\n" + dump({k: cfg[k] for k in KEY_ORDER if k in cfg and k not in unused})
 
 
@@ -188,14 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report stale or missing recipes and exit 1, write nothing")
     args = ap.parse_args(argv)
-    cells = read_grid() + practitioner_cells()
+    cells = read_grid() + tuned_cells()
     wanted = {ROOT / c["table"] / f"{c['cell']}.yaml": render(c) if c["paper"] else render_cpu(c) for c in cells}
     assert len(wanted) == len(cells), "duplicate recipe names"
     wanted[ROOT / "paper_results.csv"] = paper_results_csv([c for c in cells if c["paper"] is not None])
     wanted[ROOT / "cpu-scale" / "README.md"] = cpu_scale_readme([c for c in cells if c["table"] == "cpu-scale"])
     wanted[ROOT / "cpu-tuned" / "README.md"] = cpu_tuned_readme([c for c in cells if c["table"] == "cpu-tuned"])
     wanted[ROOT / "cpu-regime" / "README.md"] = cpu_regime_readme([c for c in cells if c["table"] == "cpu-regime"])
-    wanted[ROOT / "cpu-practitioner" / "README.md"] = (TEMPLATES / "cpu-practitioner-README.md").read_text()
+    for table in TUNED_GRIDS:
+        wanted[ROOT / table / "README.md"] = (TEMPLATES / f"{table}-README.md").read_text()
     existing = {p for t in {c["table"] for c in cells} for p in (ROOT / t).glob("*.yaml")}
     stale = sorted(p for p, text in wanted.items() if not p.exists() or p.read_text() != text)
     extra = sorted(existing - set(wanted))
