@@ -512,3 +512,55 @@ def test_eval_of_a_run_on_another_file_with_its_columns_needs_no_columns(tmp_pat
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "run"), "--data", str(tmp_path / "heldout.csv")]) == 0
     assert json.loads(capsys.readouterr().out)["examples"] == 30
+
+
+@pytest.mark.parametrize("labels,sizes", [(["--labels", "billing,technical,account", "--template", "auto"], []),
+                                          ([], ["--n-train", "20", "--n-dev", "5", "--n-test", "5"])])
+def test_a_training_file_of_one_class_is_refused_before_anything_loads(tmp_path, capsys, monkeypatch, labels, sizes):
+    """A file whose rows all hold one label (`billing` by name, or 1): one line naming the file and the label,
+    exit code 2, before any tokenizer or model loads and before the run folder is made; the same file is
+    still a file paczero eval may score whole (no training rows). Red if the check is dropped (the run
+    trains and releases a model of one class) or if it also refuses evaluation files."""
+    import paczero.models
+    from paczero.tasks import load_splits
+
+    loaded = []
+    monkeypatch.setattr(paczero.models, "load_tokenizer", lambda *a, **k: loaded.append(a) or 1 / 0)
+    monkeypatch.setattr(paczero.models, "load_model", lambda *a, **k: loaded.append(a) or 1 / 0)
+    label = "billing" if labels else "1"
+    path = tmp_path / "tickets.csv"
+    path.write_text("text,label\n" + "".join(f"\"ticket {i}, please help\",{label}\n" for i in range(40)))
+    out = tmp_path / "never"
+    assert main(["train", "--task", "sst2", "--data", str(path), "--columns", "sentence=text", "--model", "tiny-llama",
+                 "--out-dir", str(out), *labels, *sizes]) == 2
+    err = _one_error_line(capsys)
+    said = "'billing'" if labels else "1"
+    assert f"tickets.csv: every training row has label {said}, one class" in err and "two classes" in err, err
+    assert not loaded and not out.exists()
+    names = labels[1].split(",") if labels else None
+    assert len(load_splits("sst2", source=str(path), n_train=0, n_dev=0, n_test=40, columns={"sentence": "text"},
+                           labels=names)[2]) == 40
+
+
+@pytest.mark.parametrize("mark,name", [(";", "semicolons"), ("\t", "tabs")])
+def test_a_csv_of_another_delimiter_gets_the_delimiter_hint_before_the_comma_check(tmp_path, capsys, mark, name):
+    """A .csv file separated by semicolons (or tabs) whose messages hold commas: the rows have more comma fields
+    than the one-column header, and the one line names the delimiter, not an unquoted comma. Red if the
+    'more fields than the header' check runs first."""
+    path = tmp_path / "tickets.csv"
+    path.write_text(f"text{mark}label\n" + "".join(f"hello, my bill {i}{mark}billing\n" for i in range(10)))
+    assert main(["train", "--task", "sst2", "--data", str(path), "--model", "tiny-llama",
+                 "--out-dir", str(tmp_path / "never")]) == 2
+    err = _one_error_line(capsys)
+    assert f"separated by {name}" in err and "more fields" not in err, err
+
+
+@pytest.mark.parametrize("typed,meant", [("--learning-rate", "--lr"), ("--lr-rate", "--lr"), ("--epochs", "--steps"),
+                                         ("--output-dir", "--out-dir"), ("--max-steps", "--steps")])
+def test_a_flag_of_another_tool_points_at_paczero_s(typed, meant, capsys):
+    """`--learning-rate 1e-3` (and other tools' names for paczero's flags) is refused by the parser in one line,
+    exit code 2, that names the flag meant. Red if the alias table is dropped (difflib finds no flag close to
+    --learning-rate) or maps to a flag train does not have."""
+    assert main(["train", f"{typed}=3", "--print-config"]) == 2
+    err = _one_error_line(capsys)
+    assert f"did you mean {typed} -> {meant}" in err, err

@@ -54,6 +54,7 @@ FIELDS = {
 HUB = {"sst2": "stanfordnlp/sst2", "squad": "rajpurkar/squad"}
 DEFAULT_TEST = {"sst2": None, "demo": None, "squad": 1000}  # None: the whole split
 DEMO_COLUMNS = {"sentence": "text", "label": "label"}
+CLASSIFICATION = ("sst2", "demo")  # the tasks whose examples are a sentence and a class label
 DEV_SPLITS = ("dev", "validation", "valid", "val")
 
 
@@ -175,6 +176,9 @@ def read_records(path: Path) -> list[dict]:
                 rows = []
                 for row in reader:
                     if None in row:  # more cells than the header has columns
+                        hint = _delimiter_hint(reader.fieldnames or [])
+                        if hint:  # a header of one column holding ';' or a tab: another delimiter, not a stray comma
+                            raise ValueError(f"{path}: its {hint}")
                         raise ValueError(f"{path} line {reader.line_num}: more fields than the header's "
                                          f"{len(reader.fieldnames or [])} (a value with an unquoted "
                                          f"{'tab' if suffix == '.tsv' else 'comma'}?)")
@@ -299,13 +303,9 @@ def _columns_hint(wanted: Mapping[str, str], missing: list, present: set, unused
     """How to fix a file that lacks columns: a header read as one column that holds a ';' or a tab (another
     delimiter than the file's suffix says), else the --columns mapping (a field for the one unused column, or
     a field=COLUMN pattern for each missing one)."""
-    if len(present) == 1:
-        header = next(iter(present))
-        for mark, name in ((";", "semicolons"), ("\t", "tabs")):
-            if mark in header:
-                fix = "save it with commas" + (", or name it .tsv" if mark == "\t" else "")
-                return (f"; its header is one column, {header!r}: are its values separated by {name}? A .csv "
-                        f"file is read with commas ({fix})")
+    hint = _delimiter_hint(list(present))
+    if hint:
+        return "; its " + hint
     fields = [next(f for f, c in wanted.items() if c == col) for col in missing]
     if len(missing) == 1 and len(unused) == 1:  # one field unnamed, one column unused: they are each other's
         return f"; map it with --columns {fields[0]}={unused[0]} (Python: columns={{'{fields[0]}': '{unused[0]}'}})"
@@ -313,6 +313,31 @@ def _columns_hint(wanted: Mapping[str, str], missing: list, present: set, unused
         pattern = ",".join(f"{f}=COLUMN" for f in fields)
         return f"; map them to its columns with --columns {pattern} (Python: columns={{...}})"
     return ""
+
+
+def _delimiter_hint(header: list) -> str | None:
+    """For a CSV header read as one column that holds a ';' or a tab (the file's values are separated by
+    another delimiter than its suffix says): what to do, else None."""
+    if len(header) != 1 or not isinstance(header[0], str):
+        return None
+    for mark, name in ((";", "semicolons"), ("\t", "tabs")):
+        if mark in header[0]:
+            fix = "save it with commas" + (", or name it .tsv" if mark == "\t" else "")
+            return (f"header is one column, {header[0]!r}: are its values separated by {name}? A .csv file is read "
+                    f"with commas ({fix})")
+    return None
+
+
+def _refuse_one_class(task: str, rows: list[dict], where: str, labels: Sequence[str] | None) -> None:
+    """A classification file whose training rows all hold one label cannot train a classifier: one line."""
+    if task not in CLASSIFICATION or not rows:
+        return
+    found = {row["label"] for row in rows}
+    if len(found) == 1:
+        label = next(iter(found))
+        name = repr(labels[label]) if labels and 0 <= label < len(labels) else str(label)
+        raise ValueError(f"{where}: every training row has label {name}, one class; a classifier trains on rows "
+                         "of at least two classes (is the label column the right one? --columns label=COLUMN)")
 
 
 def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
@@ -323,6 +348,9 @@ def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, l
     present = set(records[0])
     rng = np.random.default_rng(seed)
     splits = [str(r.get("split", "")).strip().lower() for r in records] if "split" in present else None
+    if n_train != 0:  # rows to train on (not paczero eval's whole file)
+        _refuse_one_class(task, rows if splits is None else [r for r, n in zip(rows, splits) if n == "train"],
+                          where, labels)
     if splits is None:
         default_test = max(1, round(0.2 * len(rows))) if len(rows) > 1 else 0
         n_test = default_test if n_test is None else int(n_test)
