@@ -27,7 +27,7 @@ def sci(x: float) -> str:
 
 #: the tables tuned on dev from the strong prompt, each a grid as data: scripts/recipe_templates/<table>-grid.yaml
 #: (cpu-practitioner: IMDb sentences; cpu-sst2 and gpu-sst2: SST-2, the paper's task)
-TUNED_GRIDS = ("cpu-practitioner", "cpu-sst2")
+TUNED_GRIDS = ("cpu-practitioner", "cpu-sst2", "gpu-sst2")
 PRACTITIONER = TEMPLATES / "cpu-practitioner-grid.yaml"
 
 
