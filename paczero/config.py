@@ -29,8 +29,8 @@ DP_MECHANISMS = ("dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd")  # (epsilon, d
 FIRST_ORDER = ("dp-sgd", "adamw")  # a gradient step (paczero/fo/), not the zeroth-order step
 NON_PRIVATE_FIRST_ORDER = "adamw"  # plain AdamW fine-tuning (as Trainer/TRL's SFT): no clipping, no noise, no privacy
 SELECT_METRICS = ("loss", "accuracy", "f1")  # dev-best selection: the lowest dev loss, the highest accuracy or F1
-TASKS = ("sst2", "squad", "demo", "completion")
-CLASSIFICATION_TASKS = ("sst2", "demo")
+TASKS = ("sst2", "classification", "squad", "demo", "completion")
+CLASSIFICATION_TASKS = ("sst2", "classification", "demo")  # classification: your labelled file (--data)
 AUTO = "auto"  # template auto: the prompt and its answer words chosen zero-shot on dev (paczero/tasks/prompts.py)
 LR_SCHEDULES = ("constant", "linear", "polynomial")
 ANSWER_STOPS = ("newline-token", "any-newline")  # squad: where a generated answer ends (paczero/tasks/qa.py)
@@ -57,10 +57,11 @@ class TrainConfig:
     lora_alpha: int = 16                     # LoRA scaling alpha
     lora_targets: list[str] | None = None    # modules that get adapters, e.g. q_proj,v_proj; None: peft's default (query/value projections)
     # task and data
-    task: str = "demo"                       # "sst2" | "squad" | "demo" | "completion" (prompt -> completion, or chat messages)
+    task: str = "demo"                       # "classification" (your labelled file: --data) | "sst2" | "squad" | "demo" | "completion" (prompt -> completion, or chat messages)
     data: str | None = None                  # a local .jsonl/.json/.csv/.tsv/.parquet file, or "demo"; None: the task's dataset (SST-2, SQuAD: the hub's)
     columns: dict[str, str] | None = None    # map task fields to file columns, e.g. {"sentence": "text"}
     template: str | None = None              # classification prompt, with {sentence}; "auto": chosen zero-shot on dev, by dev loss, among the candidates of paczero/tasks/prompts.yaml (with the answer words)
+    template_candidates: list[str] | None = None  # template auto: your own templates (each with {sentence}), scored on dev beside the built-in candidates
     verbalizer: dict[int, str] | None = None # classification answer words: label -> option text (default: the task's, " terrible"/" great"; with template auto, the chosen candidate's)
     labels: list[str] | None = None          # classification class names, label i the i-th (e.g. neg,pos): how the data's label values map to classes; the answer words stay the verbalizer's
     objective: str = "nll"                   # squad training loss: "nll" | "f1"
@@ -346,6 +347,14 @@ def _check_prompt_and_data(cfg: TrainConfig) -> None:
         need(isinstance(cfg.verbalizer, dict) and len(cfg.verbalizer) >= 2
              and all(isinstance(v, str) and v for v in cfg.verbalizer.values()),
              "verbalizer must map at least two labels to non-empty strings")
+    if cfg.template_candidates is not None:
+        need(cfg.template == AUTO, "template_candidates are template auto's: give --template auto with them")
+        need(isinstance(cfg.template_candidates, list) and len(cfg.template_candidates) > 0
+             and all(isinstance(t, str) and "{sentence}" in t for t in cfg.template_candidates),
+             f"template_candidates must be templates that each contain {{sentence}}, got {cfg.template_candidates!r}")
+    if cfg.task == "classification":
+        need(cfg.data not in (None, "demo"), "task classification trains on your labelled file: give --data FILE "
+                                              "(columns sentence and label; --columns maps others)")
     if cfg.template == AUTO:
         need(cfg.task in CLASSIFICATION_TASKS, f"template auto chooses a classification prompt on dev "
              f"({', '.join(CLASSIFICATION_TASKS)}); it does not apply to task {cfg.task}: give its template")

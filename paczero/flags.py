@@ -137,7 +137,7 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         text = helps.get(f.name, "")
         if f.name in _CHOICES:
             text = (text + "; " if text else "") + "one of " + ", ".join(_CHOICES[f.name])
-        if f.name == "template":
+        if f.name in ("template", "template_candidates"):
             text += TEMPLATE_HELP
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
                               "help": (text + " " if text else "") + f"(default: {default})".replace("%", "%%")}
@@ -147,6 +147,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             kw["type"] = parse_verbalizer
         elif typing.get_origin(base) is dict:
             kw["type"] = parse_mapping
+        elif f.name == "template_candidates":  # templates hold commas: one template a value
+            kw.update(nargs="+", type=parse_template)
         elif typing.get_origin(base) is list:  # --rungs 500 1000 1500, or 500,1000,1500
             kw.update(nargs="+", type=items_of(typing.get_args(base)[0]), action=Flatten)
         elif f.name == "template":

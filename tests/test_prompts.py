@@ -180,3 +180,54 @@ def test_a_zero_shot_dev_accuracy_near_chance_is_said():
         setup, {"accuracy": 0.55})
     assert near_chance(setup, {"accuracy": 0.80}) is None
     assert near_chance(SimpleNamespace(prompt=None, task=None, dev_enc=[0] * 40), {"loss": 1.0}) is None
+
+
+def test_candidates_take_the_user_s_templates_and_the_label_names_in_words():
+    """Three named labels: the user's own templates come first (with the names as answer words), the
+    task-neutral candidates name the labels in words ("billing, technical or account"), and no candidate keeps
+    a {labels} placeholder; without names a {labels} template does not apply. Red if own templates are
+    dropped or placed after the built-in ones, or if {labels} is left unfilled."""
+    names = ["billing", "technical", "account"]
+    own = ["Support ticket: {sentence}\nThis ticket is about"]
+    found = candidates(3, names, own=own)
+    assert found[0] == {"template": own[0], "verbalizer": {0: " billing", 1: " technical", 2: " account"}}
+    assert any("billing, technical or account" in c["template"] for c in found)
+    assert not any("{labels}" in c["template"] for c in found) and len(found) >= 5
+    assert not any("{labels}" in c["template"] or "billing" in c["template"] for c in candidates(2))
+    assert candidates(2, own=own)[0]["template"] == own[0]  # with each fitting set of fixed words
+
+
+def test_template_auto_says_when_its_best_candidate_is_near_chance():
+    """The chosen candidate's dev accuracy 0.35 on 40 rows of 3 classes is near chance (1/3 + 0.158): one line
+    naming the candidate and how to give one's own; 0.8 says nothing. Red if auto chooses silently."""
+    from paczero.tasks.prompts import near_chance_line
+
+    record = {"template": "T {sentence}", "verbalizer": {"0": " a"},
+              "candidates": [{"template": "T {sentence}", "verbalizer": {"0": " a"}, "dev": {"loss": 1.0, "accuracy": 0.35}},
+                             {"template": "U {sentence}", "verbalizer": {"0": " a"}, "dev": {"loss": 1.1, "accuracy": 0.9}}]}
+    line = near_chance_line(record, 40, 3)
+    assert "best of its 2 candidates" in line and "near chance (0.33)" in line and "--template-candidates" in line
+    record["candidates"][0]["dev"]["accuracy"] = 0.8
+    assert near_chance_line(record, 40, 3) is None
+
+
+def test_task_classification_trains_on_a_file_of_named_classes_and_needs_data(tmp_path, capsys):
+    """`--task classification` with three string labels trains from the command line (run.json and the card
+    name the task); without --data it is refused in one line, exit 2. Red if the name is not a task, or if it
+    falls back to the hub's SST-2."""
+    from paczero.cli import main
+
+    data = tmp_path / "tickets.csv"
+    data.write_text("message,topic\n" + "".join(f"\"my {w}, again {i}\",{t}\n" for i in range(10) for w, t in
+                                                (("invoice", "billing"), ("crash", "technical"), ("login", "account"))))
+    out = tmp_path / "run"
+    assert main(["train", "--model", "tiny-llama", "--task", "classification", "--data", str(data), "--columns",
+                 "sentence=message,label=topic", "--labels", "billing,technical,account", "--template", "auto",
+                 "--steps", "1", "--num-subsets", "4", "--no-progress", "--no-eval-zero-shot",
+                 "--out-dir", str(out)]) == 0
+    assert json.loads((out / "run.json").read_text())["config"]["task"] == "classification"
+    assert "Task: classification" in (out / "model" / "README.md").read_text()
+    capsys.readouterr()
+    assert main(["train", "--model", "tiny-llama", "--task", "classification", "--out-dir", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give --data FILE" in err

@@ -184,7 +184,8 @@ def _auto_options(cfg: TrainConfig, tokenizer, dev_ex: list) -> list:
     if not dev_ex:
         raise ConfigError("template auto chooses the prompt on dev examples, and there are none here")
     try:
-        found = candidates(len(classes_of(cfg) or (0, 1)), cfg.labels, cfg.verbalizer)
+        found = candidates(len(classes_of(cfg) or (0, 1)), cfg.labels, cfg.verbalizer,
+                           own=getattr(cfg, "template_candidates", None))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return [_task(cfg, tokenizer, c["template"], c["verbalizer"]) for c in found]
@@ -192,8 +193,9 @@ def _auto_options(cfg: TrainConfig, tokenizer, dev_ex: list) -> list:
 
 def _choose_prompt(cfg: TrainConfig, options: list, model, dev_ex: list):
     """template auto: each candidate task scored zero-shot on the dev examples (the only examples this reads),
-    the one of lowest dev loss kept; returns it and the prompt record (every candidate's dev metrics)."""
-    from paczero.tasks.prompts import choose, prompt_record
+    the one of lowest dev loss kept; returns it and the prompt record (every candidate's dev metrics). One
+    warning where even the kept one scores near chance on dev."""
+    from paczero.tasks.prompts import choose, near_chance_line, prompt_record
     from paczero.machine.thread_share import refresh
 
     def dev_score(candidate: dict) -> dict:
@@ -205,7 +207,11 @@ def _choose_prompt(cfg: TrainConfig, options: list, model, dev_ex: list):
 
     found = [{"template": t.template, "verbalizer": dict(t.verbalizer)} for t in options]
     best, scored = choose(found, dev_score)
-    return options[best], prompt_record(options[best], "auto", scored)
+    record = prompt_record(options[best], "auto", scored)
+    line = near_chance_line(record, len(dev_ex), options[best].num_classes)
+    if line:
+        logging.getLogger(__name__).warning(line)
+    return options[best], record
 
 
 def _task(cfg: TrainConfig, tokenizer, template, verbalizer):
@@ -348,6 +354,8 @@ def near_chance(setup: Setup, dev: dict) -> str | None:
     """One line when a classification run's zero-shot dev accuracy is within reach of chance (1/classes plus
     the larger of 0.1 and 1/sqrt(dev rows)): the prompt or its answer words may not suit the model or the data."""
     if setup.prompt is None or dev.get("accuracy") is None or not setup.dev_enc:
+        return None
+    if setup.prompt.get("source") == "auto":  # template auto said so when it chose (near_chance_line)
         return None
     chance = 1 / setup.task.num_classes
     if dev["accuracy"] > chance + max(0.1, 1 / len(setup.dev_enc) ** 0.5):

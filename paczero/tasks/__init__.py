@@ -37,7 +37,7 @@ TASKS = sorted(set(TASK_ALIASES.values()))
 
 
 def build_task(name: str, tokenizer, **options):
-    """The task called ``name`` (``sst2``, ``demo``, ``squad`` or ``completion``; aliases allowed).
+    """The task called ``name`` (``sst2``, ``classification``, ``demo``, ``squad`` or ``completion``; aliases allowed).
 
     Classification options: ``template``, ``verbalizer`` (dict label -> option
     string), ``max_length`` (512), ``scoring``. SQuAD options: ``objective``
@@ -54,7 +54,7 @@ def build_task(name: str, tokenizer, **options):
     if unknown:
         known = sorted(_CLASSIFICATION_OPTIONS | _QA_OPTIONS | _COMPLETION_OPTIONS)
         raise ValueError(f"unknown task option(s) {unknown}; known: {known}")
-    if task in ("sst2", "demo"):
+    if task in ("sst2", "classification", "demo"):
         mine = {k: v for k, v in options.items() if k in _CLASSIFICATION_OPTIONS}
         if "labels" in mine:
             mine["label_names"] = mine.pop("labels")

@@ -36,6 +36,8 @@ TASK_ALIASES = {
     "squad_v1": "squad",
     "squad-v1": "squad",
     "rajpurkar/squad": "squad",
+    "classification": "classification",
+    "text-classification": "classification",
     "demo": "demo",
     "demo_sentiment": "demo",
     "demo-sentiment": "demo",
@@ -47,19 +49,20 @@ TASK_ALIASES = {
 # Canonical fields per task and the hub column that holds each.
 FIELDS = {
     "sst2": ("sentence", "label"),
+    "classification": ("sentence", "label"),
     "demo": ("sentence", "label"),
     "squad": ("id", "title", "context", "question", "answers"),
     "completion": ("prompt", "completion", "messages", "answer"),  # prompt and completion, or messages
 }
 HUB = {"sst2": "stanfordnlp/sst2", "squad": "rajpurkar/squad"}
-DEFAULT_TEST = {"sst2": None, "demo": None, "squad": 1000}  # None: the whole split
+DEFAULT_TEST = {"sst2": None, "classification": None, "demo": None, "squad": 1000}  # None: the whole split
 DEMO_COLUMNS = {"sentence": "text", "label": "label"}
-CLASSIFICATION = ("sst2", "demo")  # the tasks whose examples are a sentence and a class label
+CLASSIFICATION = ("sst2", "classification", "demo")  # the tasks whose examples are a sentence and a class label
 DEV_SPLITS = ("dev", "validation", "valid", "val")
 
 
 def canonical_task(name: str) -> str:
-    """``sst2``, ``squad``, ``demo`` or ``completion`` for any accepted spelling; ``ValueError`` otherwise."""
+    """``sst2``, ``classification``, ``squad``, ``demo`` or ``completion`` for any accepted spelling; ``ValueError`` otherwise."""
     key = str(name).strip().lower()
     if key not in TASK_ALIASES:
         raise ValueError(f"unknown task {name!r}; choose one of {sorted(set(TASK_ALIASES.values()))}")
@@ -100,6 +103,8 @@ def load_splits(
         source = SUPPORT_DEMO_PATH
     elif source is not None and str(source) == "demo":
         source, columns = DEMO_PATH, {**DEMO_COLUMNS, **(columns or {})}
+    if source is None and task not in HUB:
+        raise ValueError(f"task {task} reads your labelled file: give --data FILE (docs/tasks.md)")
     if source is None:
         return _load_hub(task, n_train, n_dev, n_test, seed)
     return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {}, labels, classes)
@@ -252,7 +257,7 @@ def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None, c
 def class_labels(task: str, verbalizer: Mapping | None = None, labels: Sequence[str] | None = None):
     """The integer labels a classification task scores: its verbalizer's keys (``labels``: their positions;
     neither: SST-2's 0 and 1); None for the other tasks (or a verbalizer the task itself will refuse)."""
-    if canonical_task(task) not in ("sst2", "demo"):
+    if canonical_task(task) not in CLASSIFICATION:
         return None
     if verbalizer:
         try:
@@ -416,7 +421,7 @@ def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequ
     names = names or {}
     if task == "completion":
         return _completion(row, where)
-    if task in ("sst2", "demo"):
+    if task in CLASSIFICATION:
         label = row["label"]
         if labels and isinstance(label, str) and not _integer_text(label):
             if label.strip() not in labels:

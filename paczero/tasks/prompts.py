@@ -19,29 +19,62 @@ LABEL_WORDS = "labels"  # a candidate's verbalizer: the run's label names, each 
 
 
 def candidates(num_classes: int, label_names: Sequence[str] | None = None,
-               verbalizer: Mapping[int, str] | None = None, path: Path = PROMPTS_FILE) -> list[dict]:
-    """The candidates of ``path`` that fit a run: ``{"template", "verbalizer"}`` with integer labels, in file
-    order, without repeats. ``verbalizer`` (given by the user) replaces every candidate's words; otherwise a
-    candidate of ``labels`` words applies where the run names its labels, and one of fixed words where it
-    has as many words as the run has classes."""
+               verbalizer: Mapping[int, str] | None = None, path: Path = PROMPTS_FILE,
+               own: Sequence[str] | None = None) -> list[dict]:
+    """The candidates that fit a run: ``{"template", "verbalizer"}`` with integer labels, without repeats: the
+    user's ``own`` templates first, then those of ``path`` in file order. ``verbalizer`` (given by the user)
+    replaces every candidate's words; otherwise a candidate of ``labels`` words applies where the run names its
+    labels, and one of fixed words where it has as many words as the run has classes (an own template takes
+    the label names, else each set of fixed words that fits). A template's ``{labels}`` is the label names in
+    words ("billing, technical or account"): such a candidate applies where the run names its labels."""
+    named = {i: " " + str(name).strip() for i, name in enumerate(label_names or [])}
+    entries = yaml.safe_load(path.read_text())
+    fixed = [e["verbalizer"] for e in entries if e["verbalizer"] != LABEL_WORDS]
     found: list[dict] = []
-    for entry in yaml.safe_load(path.read_text()):
+    for template in own or ():  # the user's templates, with the label names or each fitting set of words
+        for words in ([verbalizer] if verbalizer is not None else [named] if named else fixed):
+            _add(found, template, words, num_classes, label_names)
+    for entry in entries:
         words = entry["verbalizer"]
         if verbalizer is not None:
             words = dict(verbalizer)
         elif words == LABEL_WORDS:
             if not label_names:
                 continue
-            words = {i: " " + str(name).strip() for i, name in enumerate(label_names)}
-        elif len(words) != num_classes:
-            continue
-        candidate = {"template": entry["template"], "verbalizer": {int(k): str(v) for k, v in words.items()}}
-        if candidate not in found:
-            found.append(candidate)
+            words = named
+        _add(found, entry["template"], words, num_classes, label_names)
     if not found:
         raise ValueError(f"template auto has no candidate for {num_classes} classes without their names: give "
                          "--labels (the names become candidates' answer words) or --verbalizer")
     return found
+
+
+def _add(found: list, template: str, words: Mapping, num_classes: int, label_names: Sequence[str] | None) -> None:
+    """Append the candidate of ``template`` and ``words`` to ``found`` where it fits (as many words as classes; a
+    ``{labels}`` template only with label names) and is not there yet."""
+    if len(words) != num_classes or ("{labels}" in template and not label_names):
+        return
+    if "{labels}" in template:
+        names = [str(n).strip().replace("{", "{{").replace("}", "}}") for n in label_names]
+        template = template.replace("{labels}", ", ".join(names[:-1]) + " or " + names[-1])
+    candidate = {"template": template, "verbalizer": {int(k): str(v) for k, v in words.items()}}
+    if candidate not in found:
+        found.append(candidate)
+
+
+def near_chance_line(record: Mapping, dev_rows: int, num_classes: int) -> str | None:
+    """One line where template auto's chosen candidate scores a dev accuracy within reach of chance (1/classes
+    plus the larger of 0.1 and 1/sqrt(dev rows)): none of the candidates suits this model and data."""
+    chosen = next((c for c in record.get("candidates") or () if c["template"] == record["template"]
+                   and c["verbalizer"] == record["verbalizer"]), None)
+    accuracy = None if chosen is None else chosen["dev"].get("accuracy")
+    chance = 1 / num_classes
+    if accuracy is None or not dev_rows or accuracy > chance + max(0.1, 1 / dev_rows ** 0.5):
+        return None
+    return (f"template auto: the best of its {len(record['candidates'])} candidates, {json.dumps(record['template'])}, "
+            f"scores dev accuracy {accuracy:.3f}, near chance ({chance:.2f}): none suits this model and data; give "
+            "your own prompts (--template-candidates 'Ticket: {sentence}\\nTopic:' ...) or --template and "
+            "--verbalizer")
 
 
 def choose(found: Sequence[dict], dev_score: Callable[[dict], dict]) -> tuple[int, list[dict]]:
