@@ -176,6 +176,16 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
     if config:
         values.update(load_yaml(config))
     values.update(given)
+    if values.get("mechanism") == "dp-sgd":  # DP-SGD's own defaults for what nothing above set
+        from paczero.mechanisms.dpsgd import USER_DEFAULTS
+
+        unset = {k: v for k, v in USER_DEFAULTS.items() if k not in values}
+        values.update(unset)
+        if unset and not given.get("resume"):
+            import sys
+
+            print("paczero: dp-sgd defaults: " + ", ".join(f"{k} {v:g}" for k, v in unset.items())
+                  + " (flags set them)", file=sys.stderr)
     if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
         check_data_given(resolve_recipe(recipe), values, "--data PATH")
     cfg = TrainConfig.from_dict(values, source=recipe or config or "flags").validate()

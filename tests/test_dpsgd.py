@@ -265,3 +265,24 @@ def test_options_of_several_tokens_are_one_line_exit_2(tmp_path, capsys):
     assert code == 2
     assert captured.err.strip().splitlines()[-1].startswith("paczero: error: dp-sgd clips per model row")
     assert "zero-shot" not in captured.out
+
+
+def test_dp_sgd_from_the_command_line_takes_its_own_defaults(capsys):
+    """`paczero train --mechanism dp-sgd --epsilon 2` with nothing else set: DP-SGD's gradient clip 1.0 (not the
+    zeroth-order scalar's 25), rate 0.5, 25 steps, lr 1e-3, said in one line; a value the user names is kept,
+    and dpzero keeps the zeroth-order defaults. Red if dp-sgd falls back to dp_clip 25 or overrides a flag."""
+    import json
+
+    from paczero.cli import main
+
+    assert main(["train", "--mechanism", "dp-sgd", "--epsilon", "2", "--print-config"]) == 0
+    captured = capsys.readouterr()
+    cfg = json.loads(captured.out)
+    assert (cfg["dp_clip"], cfg["sample_rate"], cfg["steps"], cfg["lr"]) == (1.0, 0.5, 25, 1e-3)
+    assert "dp-sgd defaults: dp_clip 1" in captured.err
+    assert main(["train", "--mechanism", "dp-sgd", "--epsilon", "2", "--dp-clip", "3", "--steps", "7",
+                 "--print-config"]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert (cfg["dp_clip"], cfg["steps"], cfg["lr"]) == (3.0, 7, 1e-3)
+    assert main(["train", "--mechanism", "dpzero", "--epsilon", "2", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["dp_clip"] == 25.0

@@ -37,6 +37,12 @@ FLOAT_NOISE = ("float Gaussian per gradient coordinate from the private SHAKE-25
                "noise approximates (docs/privacy.md)")
 
 
+#: a dp-sgd run's settings where the user names none (the command line's; a recipe or config file sets its
+#: own): the per-example gradient clip of DP-SGD (1.0, not the zeroth-order scalar's 25), a Poisson rate, steps,
+#: lr and evaluations that fit it (the cpu-practitioner recipes: SmolLM2-135M LoRA, about 10^4 example forwards)
+USER_DEFAULTS = {"dp_clip": 1.0, "sample_rate": 0.5, "steps": 25, "lr": 1e-3, "eval_every": 5}
+
+
 class DPSGD(DPZero):
     """DP-SGD's privacy side: the Poisson sample, the calibrated noise multiplier, the gradient noise and the
     statement. The clipping and the update are the engine's (:func:`paczero.fo.dpsgd_step.dpsgd_step`). Its
