@@ -122,3 +122,47 @@ def test_results_hold_results_only_each_named_in_its_folders_readme():
                 unnamed.append(str(f.relative_to(results)))
     assert foreign == [] and unnamed == []
     assert _expand("g_{a,b}-{1,2}.json") == ["g_a-1.json", "g_a-2.json", "g_b-1.json", "g_b-2.json"]
+
+
+@pytest.mark.slow
+def test_gpu_sst2_script_runs_the_table_on_cpu_and_packs_what_report_reads(tmp_path):
+    """benchmarks/gpu_sst2.sh on a CPU with a tiny model and two steps: every cell it was given finishes, the pack
+    holds each run's public files and none of its weights, checkpoints or private files, and `paczero report`
+    reads the unpacked runs into one table with the ceiling's row. Red when the script's overrides no longer reach
+    the sweep (a cell fails or runs the recipe's 1000 steps past the timeout), or when the pack leaves out the
+    summaries or takes weights or the private journal."""
+    import os
+    import subprocess
+    import sys
+    import tarfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    carry = tmp_path / "carry"
+    (carry / "data").mkdir(parents=True)
+    rows = [{"text": f"a {'good' if i % 2 else 'bad'} film number {i}", "label": i % 2,
+             "split": "train" if i < 60 else "test"} for i in range(80)]
+    (carry / "data" / "sst2-paper.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cells = "gpu-sst2/lora-zpl-skip-lr2e-3 gpu-sst2/lora-dpsgd-eps2-lr1e-3 gpu-sst2/lora-adamw-lr1e-3"
+    env = {**os.environ, "CARRY": str(carry), "PYTHON": sys.executable, "DEVICE": "cpu", "WORKERS": "1",
+           "SWEEP_TIMEOUT": "400", "CELLS": cells,
+           "SET": "model=tiny-llama n_train=16 n_dev=8 n_test=8 dtype=fp32 num_subsets=8 heldout_attack=false"}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(root / "benchmarks" / "gpu_sst2.sh"), str(out), "2"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "3 finished runs" in done.stdout
+    with tarfile.open(out / "gpu-sst2-runs.tgz") as tar:
+        names = tar.getnames()
+        unpacked = tmp_path / "runs"
+        tar.extractall(unpacked, filter="data")
+    assert sum(n.endswith("summary.json") for n in names) == 3
+    assert not any(n.endswith(".safetensors") or "/private/" in n or "/checkpoints/" in n for n in names)
+    for name in names:
+        if name.endswith("summary.json"):
+            assert json.loads((unpacked / name).read_text())["config"]["steps"] == 2
+    report = subprocess.run([sys.executable, "-m", "paczero.cli", "report", str(unpacked), "--out",
+                             str(tmp_path / "report"), "--markdown", str(tmp_path / "report.md")],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "AdamW (non-private, first-order)" in (tmp_path / "report.md").read_text()
