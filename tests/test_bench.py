@@ -1,4 +1,5 @@
 """The benchmark runs end to end on a tiny model; the cached, sequential and lock-step perturbation paths agree."""
+import json
 from pathlib import Path
 
 import numpy as np
@@ -384,3 +385,81 @@ def test_bench_dp_sgd_against_the_zeroth_order_step_on_the_same_rows(monkeypatch
     assert res["memory_ratio"] == 1.5
     text = first_order.first_order_table([res])
     assert "DP-SGD step s" in text and "tiny-llama" in text
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-opt"])
+def test_mfu_counts_a_forward_as_torchs_flop_counter_does(name):
+    """The useful FLOPs of a forward over padded micro-batches (:func:`paczero.bench.mfu.forward_flops`) equal an
+    independent count: torch's ``FlopCounterMode`` over each row's real tokens alone, through the model body
+    with eager attention (no LM head, no padding), plus 2 FLOPs a token for each 1-D parameter (biases and
+    norms, which the counter, counting matrix products only, does not see); a LoRA model counts the same (its
+    adapters are not model FLOPs). Red if padded tokens are counted (``numel`` of the mask in place of its
+    sum), the attention term is dropped or halved, or the embeddings, the LM head or the adapters are counted
+    as parameters."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from paczero.bench.mfu import forward_flops
+    from paczero.models import hf_model
+
+    lm = load_model(name, track="ft")
+    hf = hf_model(lm.model)
+    hf.set_attn_implementation("eager")  # attention as matrix products, which the counter sees
+    task = build_task("demo", lm.tokenizer)
+    train, _, _ = load_splits("demo", n_train=12, n_dev=1, n_test=1)
+    batches = task.make_batches(task.encode(train), token_budget=64)
+    assert any(b.attention_mask.sum() < b.attention_mask.numel() for b in batches)  # padding to leave out
+    vectors = sum(p.numel() for p in hf.parameters() if p.ndim == 1)
+    theirs = 0
+    for b in batches:
+        for ids, mask in zip(b.input_ids, b.attention_mask):
+            real = ids[mask.bool()][None]
+            with torch.inference_mode(), FlopCounterMode(display=False) as counter:
+                hf.base_model(input_ids=real, use_cache=False)
+            theirs += counter.get_total_flops() + 2 * vectors * real.shape[1]
+    assert forward_flops(lm.model, batches) == theirs
+    assert forward_flops(load_model(name, track="lora").model, batches) == theirs
+
+
+def test_every_bench_row_reports_mfu_against_the_rates_it_measured(tmp_path, capsys):
+    """``paczero bench --json-out``: each row holds ``mfu``, the matmul rates it divides by and what it counts,
+    and the table prints it. The figures agree with each other: mfu = step FLOPs / step seconds / the 2048³
+    rate, mfu_shape the same over the model-shape rate, the step's FLOPs 2 × K forwards. Red if a row lacks
+    them or divides by another rate or time."""
+    from paczero.bench import main
+
+    out = tmp_path / "bench.json"
+    assert main(["--model", "tiny-llama", "--track", "ft", "lora", "--n", "8", "--steps", "1", "--no-scaling",
+                 "--no-memory", "--no-plain", "--num-directions", "2", "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert len(rows) == 2 and "MFU" in printed
+    for r in rows:
+        assert r["step_flops"] == 4 * r["forward_flops"] > 0 and "non-embedding" in r["flops_counted"]
+        assert r["matmul_tflops_2048"] > 0 and r["matmul_tflops_shape"] > 0 and r["matmul_shape"][1:] == [64, 128]
+        assert r["mfu"] == pytest.approx(r["step_flops"] / r["step_s"] / 1e12 / r["matmul_tflops_2048"])
+        assert r["mfu_shape"] == pytest.approx(r["step_flops"] / r["step_s"] / 1e12 / r["matmul_tflops_shape"])
+        assert r["floor_mfu"] == pytest.approx(r["forward_flops"] / r["floor_s"] / 1e12 / r["matmul_tflops_2048"])
+        assert f"{r['mfu']:.1%}" in printed
+
+
+def test_matmul_rate_is_the_flops_of_one_product_over_its_best_group(monkeypatch):
+    """The rate MFU divides by: 2·m·k·n over the time per product of the best timed group. The products and
+    the clock are simulated (the warm-up 3 ms, the products of one timed group 2 ms each, all others 1 ms), so
+    no timing is tested. Red if a product's FLOPs are counted otherwise, or the slowest group, or the
+    warm-up, sets the rate."""
+    from types import SimpleNamespace
+
+    from paczero.bench import mfu
+
+    clock, calls = [0.0], []
+
+    def product(a, b, out=None):
+        n = len(calls)
+        calls.append(n)
+        clock[0] += 3e-3 if n == 0 else 2e-3 if 64 <= n < 96 else 1e-3
+
+    monkeypatch.setattr(mfu, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(torch, "matmul", product)
+    rate = mfu.matmul_tflops(8, 4, 2, dtype=torch.float32, device="cpu", min_s=0)
+    assert len(calls) > 96  # the slow group (products 64..95) was among those timed
+    assert rate == pytest.approx(2 * 8 * 4 * 2 / 1e-3 / 1e12)

@@ -39,6 +39,10 @@ task, track, N, dtype and device, in the same process:
     on accelerators), and ``scaling_base_s``, ``step_2n_s`` and ``step_2m_s``
     are their medians on that clock: they are not comparable with ``step_s``
     (wall time, measured in the earlier rounds against the floor).
+(h) ``mfu``: the step's useful model FLOPs per second over the matmul rate measured in the same process
+    on the same device, dtype and threads at 2048³ (``matmul_tflops_2048``); ``mfu_shape`` the same over
+    the rate at the model's own shape (``matmul_shape``, ``matmul_tflops_shape``); ``floor_mfu`` the
+    floor's. What is counted: :mod:`paczero.bench.mfu`, and ``flops_counted`` in each row.
 
 Optionally (``--world 2``) the step time of a data-parallel run with that many
 gloo/nccl processes on the same machine, and the speedup over one process.
@@ -64,6 +68,7 @@ from dataclasses import asdict, replace
 
 from paczero.bench.harness import BenchConfig, Harness, _median
 from paczero.bench.memory import _memory_child, live_peak_bytes, memory_phase
+from paczero.bench.mfu import mfu_figures, mfu_line
 from paczero.bench.plain import floor_against_plain
 from paczero.bench.ranks import dp_step_time
 
@@ -97,6 +102,8 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         f"(set-up {time.perf_counter() - t:.1f}s); z from {res['directions']}")
     one_step = h.runner(cfg.num_subsets)
     res.update(_step_against_floor(cfg, h, one_step, log))
+    res.update(mfu_figures(h, res["step_s"], res["floor_s"]))  # the matmul rates measured here, now
+    log(mfu_line(res))
     if cfg.scaling:
         res.update(_scaling(cfg, h, one_step, log))
     if cfg.plain:
@@ -198,8 +205,8 @@ def _alternating_phases(cfg: BenchConfig, live: bool = False) -> dict[str, list[
 
 def table(results: list[dict]) -> str:
     """A readable table of :func:`measure` results, one row per configuration."""
-    head = ("model", "track", "dtype", "N", "M", "floor s", "step s", "ratio", "cpu ratio", "privacy ms", "2N x", "2M x",
-            "mem train/inf", "live train/inf", "dp x", "floor/plain")
+    head = ("model", "track", "dtype", "N", "M", "floor s", "step s", "ratio", "cpu ratio", "MFU", "MFU shape",
+            "privacy ms", "2N x", "2M x", "mem train/inf", "live train/inf", "dp x", "floor/plain")
     rows = []
     for r in results:
         c = r["config"]
@@ -207,7 +214,7 @@ def table(results: list[dict]) -> str:
         name = c["model"] + (" (random init)" if c.get("random_init") else "")
         rows.append((name, c["track"], c["dtype"], str(c["n"]), str(c["num_subsets"]),
                      f"{r['floor_s']:.3f}", f"{r['step_s']:.3f}", f"{r['ratio']:.3f}", f"{r['cpu_ratio']:.3f}",
-                     f"{r['privacy_s'] * 1e3:.2f}",
+                     f"{r['mfu']:.1%}", f"{r['mfu_shape']:.1%}", f"{r['privacy_s'] * 1e3:.2f}",
                      f"{r['n_scaling']:.2f}" if "n_scaling" in r else "-",
                      f"{r['m_scaling']:.2f}" if "m_scaling" in r else "-",
                      (f"{r['memory_ratio']:.3f} ({mem['train']['peak_bytes'] / 2**20:.0f}/"

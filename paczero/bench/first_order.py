@@ -6,7 +6,8 @@ rate 1, so that its batch is the same N rows: a forward and a backward of each, 
 clipping, the noise, one AdamW step), alternating, each timed on the wall clock and in process CPU time
 after one warm-up; ``ratio`` is the median of the per-pair ratios (DP-SGD over zeroth-order). With memory
 (the default), each step's peak in its own fresh process (:mod:`paczero.bench.memory`: RSS high-water on
-CPU, ``max_memory_allocated`` on CUDA), the phases alternating.
+CPU, ``max_memory_allocated`` on CUDA), the phases alternating. ``mfu`` is the zeroth-order step's model
+FLOPs utilisation and ``dpsgd_mfu`` the DP-SGD step's (:mod:`paczero.bench.mfu`, which says what each counts).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import statistics
 from dataclasses import asdict, replace
 
 from paczero.bench.harness import BenchConfig, Harness, dpsgd_runner
+from paczero.bench.mfu import first_order_flops, mfu_figures, mfu_line, utilisation
 
 def zeroth_order_config(cfg: BenchConfig) -> BenchConfig:
     """The harness's configuration: its step is PAC-ZPL's."""
@@ -41,6 +43,11 @@ def measure_first_order(cfg: BenchConfig, log=print) -> dict:
     res["cpu_ratio"] = statistics.median(f["step_cpu_s"] / z["step_cpu_s"] for z, f in pairs)
     log(f"  zeroth-order step {res['zo_step_s']:.3f}s  dp-sgd step {res['dpsgd_step_s']:.3f}s  "
         f"ratio {res['ratio']:.2f}  cpu ratio {res['cpu_ratio']:.2f}")
+    res.update(mfu_figures(h, res["zo_step_s"]))  # mfu: the zeroth-order step's
+    dpsgd = utilisation(first_order_flops(res["forward_flops"], cfg.track), res["dpsgd_step_s"], res)
+    res.update(dpsgd_flops=first_order_flops(res["forward_flops"], cfg.track), dpsgd_tflops=dpsgd["tflops"],
+               dpsgd_mfu=dpsgd["mfu"], dpsgd_mfu_shape=dpsgd["mfu_shape"])
+    log(mfu_line(res) + f"; dp-sgd step {res['dpsgd_mfu']:.1%} (forward and backward)")
     del h, zo, fo
     if cfg.memory:
         from paczero.bench.memory import memory_phase
@@ -59,14 +66,15 @@ def measure_first_order(cfg: BenchConfig, log=print) -> dict:
 
 def first_order_table(results: list[dict]) -> str:
     """One row per configuration: seconds and peak memory per step, DP-SGD beside the zeroth-order step."""
-    head = ("model", "track", "dtype", "rows", "ZO step s", "DP-SGD step s", "ratio", "cpu ratio", "ZO peak MiB",
-            "DP-SGD peak MiB", "memory ratio")
+    head = ("model", "track", "dtype", "rows", "ZO step s", "DP-SGD step s", "ratio", "cpu ratio", "ZO MFU",
+            "DP-SGD MFU", "ZO peak MiB", "DP-SGD peak MiB", "memory ratio")
     rows = []
     for r in results:
         c = r["config"]
         mem = "zo_peak_bytes" in r
         rows.append((c["model"], c["track"], c["dtype"], str(r["rows"]), f"{r['zo_step_s']:.3f}",
-                     f"{r['dpsgd_step_s']:.3f}", f"{r['ratio']:.2f}", f"{r['cpu_ratio']:.2f}",
+                     f"{r['dpsgd_step_s']:.3f}", f"{r['ratio']:.2f}", f"{r['cpu_ratio']:.2f}", f"{r['mfu']:.1%}",
+                     f"{r['dpsgd_mfu']:.1%}",
                      f"{r['zo_peak_bytes'] / 2**20:.0f}" if mem else "-",
                      f"{r['dpsgd_peak_bytes'] / 2**20:.0f}" if mem else "-",
                      f"{r['memory_ratio']:.2f}" if mem else "-"))
