@@ -10,7 +10,8 @@ count registers too, so that the others count it, and keeps its count. A change 
 a run: SmolLM2-135M's per-example scalars are equal bit for bit at 1 and 2 threads
 (tests/test_thread_share.py).
 
-``with ThreadShare(fixed): ... refresh()``; :func:`refresh` refreshes the share of this process, if any.
+``with ThreadShare(fixed): ... refresh()``; :func:`refresh` refreshes the share of this process, if any, and says
+once when the machine is busier than its cores (:mod:`paczero.machine.busy`).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from paczero.machine.busy import BusyWatch
 from paczero.machine.hardware import allowed_cores
 
 _ACTIVE: list["ThreadShare"] = []
@@ -65,8 +67,9 @@ class ThreadShare:
         self.folder = Path(folder) if folder is not None else default_folder()
         self.cores = _cores()
         self.path = self.folder / f"{os.getpid()}.json"
-        self._checked = float("-inf")
+        self._checked = self._watched = float("-inf")
         self.threads = fixed or len(self.cores)
+        self.busy = BusyWatch(len(self.cores))
 
     def __enter__(self) -> "ThreadShare":
         try:
@@ -117,8 +120,18 @@ class ThreadShare:
             torch.set_num_threads(self.threads)
         return self.threads
 
+    def watch(self) -> None:
+        """Say once if the machine is busy or these cores shared (:class:`BusyWatch`); at most every ``every``
+        seconds."""
+        now = time.monotonic()
+        if self.busy.said is None and now - self._watched >= self.every:
+            self._watched = now
+            self.busy.check(self.threads, self.sharing())
+
 
 def refresh() -> None:
-    """Refresh the thread share of this process's innermost registration (none: nothing)."""
+    """Refresh the thread share of this process's innermost registration, and say once if the machine is busy
+    (no registration: nothing)."""
     if _ACTIVE:
         _ACTIVE[-1].refresh()
+        _ACTIVE[-1].watch()
