@@ -241,3 +241,14 @@ def test_on_a_host_with_native_bf16_auto_trains_in_bf16(tmp_path):
     config, stderr = _cli_train(tmp_path, env)
     assert (config["dtype"], config["mu"]) == ("bf16", 1e-2)
     assert hardware.CPU_FLAGS_ENV not in stderr
+
+
+def test_the_mu_line_is_said_only_where_mu_applies(monkeypatch):
+    """`dtype auto` names μ for a zeroth-order training only: not for dp-sgd (a gradient step) nor for an
+    evaluation (`mu_applies=False`: paczero eval, predict, audit). Red if the line names μ where it does not apply."""
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2", "fma"})
+    for cfg, applies, said in ((TrainConfig(), True, True), (TrainConfig(mechanism="dp-sgd", epsilon=2.0), True, False),
+                               (TrainConfig(), False, False)):
+        echo = io.StringIO()
+        hardware.resolve_precision(cfg, "cpu", echo=echo, mu_applies=applies)
+        assert echo.getvalue().startswith("paczero: dtype auto: fp32") and (", mu " in echo.getvalue()) == said

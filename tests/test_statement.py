@@ -118,3 +118,28 @@ def test_dp_and_reference_summaries():
     dp = DPZero(100, 2.0, 1e-5, 10, 0.1, 1.0, seed=0).privacy_statement()
     assert guarantee_summary(dp).startswith("(2, 1e-05)-DP") and f"{dp['mia_bound']:.4f}" in guarantee_summary(dp)
     assert guarantee_summary({"private": False}) == "none (a non-private reference)."
+
+
+def test_the_statement_and_the_card_open_with_the_guarantee_in_plain_words():
+    """The first line of every private run's statement is the plain one: for PAC what is hidden (which records
+    were in S*), the attack's best odds, and that the records and their use are not hidden; for DP the epsilon
+    achieved, the factor e^epsilon it bounds and that it covers whether a record was used; a non-private
+    reference has none. The card carries the same sentence above its details. Red if the plain line moves below
+    the details, claims PAC hides the records, or gives DP a wrong factor."""
+    from paczero.privacy.statement import plain_guarantee
+
+    cfg = _cfg(num_subsets=4)
+    zpl = PacZPL(4, seed=0).privacy_statement()
+    first = privacy_statement_text(zpl, cfg).splitlines()[0]
+    assert first.startswith("In plain words: this run hides which of the 16 training records were in the secret half")
+    assert "at best 50.0 %" in first and "does not hide the records themselves, nor that they were used" in first
+    dp = DPZero(100, 2.0, 1e-5, 10, 0.1, 1.0, seed=0).privacy_statement()
+    first = privacy_statement_text(dp, _cfg(mechanism="dpzero", epsilon=2.0)).splitlines()[0]
+    eps = dp["epsilon_rdp"]
+    assert first.startswith(f"In plain words: this run is ({eps:.3g}, 1e-05)-differentially private")
+    assert f"e^epsilon = {math.exp(eps):.3g}" in first and "whether it was used" in first
+    assert plain_guarantee({"private": False}, 16) is None
+    card = model_card({"config": cfg.to_dict(), "metric": "accuracy", "selected_step": 200, "dev": {"accuracy": 0.5},
+                       "test": {"accuracy": 0.5}, "privacy": zpl, "privacy_text": privacy_statement_text(zpl, cfg)})
+    body = card.split("---\n", 2)[2]
+    assert body.index("**Privacy:** In plain words: this run hides") < body.index("- Privacy guarantee:")

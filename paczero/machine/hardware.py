@@ -20,7 +20,7 @@ import platform
 import sys
 from pathlib import Path
 
-from paczero.config import ConfigError, TrainConfig
+from paczero.config import FIRST_ORDER, ConfigError, TrainConfig
 
 #: the perturbation scale μ that fits each dtype (docs/performance.md, "bf16 on CPU")
 MU_FOR_DTYPE = {"fp32": 1e-3, "fp16": 1e-3, "bf16": 1e-2}
@@ -103,9 +103,11 @@ def announce(echo=None) -> None:
         print(_PENDING.pop(0), file=echo or sys.stderr)
 
 
-def resolve_precision(cfg: TrainConfig, device: str, saved: dict | None = None, echo=None) -> TrainConfig:
+def resolve_precision(cfg: TrainConfig, device: str, saved: dict | None = None, echo=None,
+                      mu_applies: bool = True) -> TrainConfig:
     """``cfg`` with ``dtype: auto`` and an unset ``mu`` resolved for ``device``; one line on ``echo`` (stderr)
-    says which and why. ``saved``: the recorded config of the run being resumed, whose values auto keeps.
+    says which and why (and mu only where it applies: a zeroth-order training, not ``mu_applies=False``'s
+    evaluation nor a first-order mechanism). ``saved``: the recorded config of the run being resumed, whose values auto keeps.
     A bf16 named on a CPU without native bf16 is kept, with one line saying what it costs."""
     echo = echo or sys.stderr
     changes: dict = {}
@@ -116,7 +118,8 @@ def resolve_precision(cfg: TrainConfig, device: str, saved: dict | None = None, 
             has, why = native_bf16(device)
             changes["dtype"] = "bf16" if has else "fp32"
             mu = cfg.mu if cfg.mu is not None else MU_FOR_DTYPE[changes["dtype"]]
-            print(f"paczero: dtype auto: {changes['dtype']}, mu {mu:g} ({'native' if has else 'no native'} bf16 on "
+            said_mu = f", mu {mu:g}" if mu_applies and cfg.mechanism not in FIRST_ORDER else ""
+            print(f"paczero: dtype auto: {changes['dtype']}{said_mu} ({'native' if has else 'no native'} bf16 on "
                   f"{why}; --dtype fp32 or bf16 chooses)", file=echo)
     dtype = changes.get("dtype", cfg.dtype)
     if cfg.mu is None:

@@ -8,6 +8,7 @@ matched DP epsilon is a numerical reference point only (paper, Section 2).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from paczero.config import DP_MECHANISMS
@@ -32,6 +33,9 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
     the realised spend (``mi_spent``) follows, labelled as one run's value, not a bound."""
     mech = statement.get("mechanism", cfg.mechanism)
     lines: list[str] = []
+    opening = plain_guarantee(statement, cfg.n_train)
+    if opening:  # one or two sentences a non-expert reads correctly; the details below
+        lines.append(opening)
     if statement.get("private") is False:
         lines.append(f"Privacy: none. '{mech}' is a non-private reference; it makes no privacy claim.")
     elif mech in DP_MECHANISMS:
@@ -106,8 +110,28 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
     return "\n".join(lines)
 
 
+def plain_guarantee(statement: dict[str, Any], n_train: int) -> str | None:
+    """The first line of a run's statement and model card: what the guarantee means, in one or two sentences a
+    reader who is no privacy expert reads correctly (PAC: what is hidden, and that the records and their use
+    are not; DP: the epsilon and what it bounds). None for a non-private reference."""
+    if statement.get("private") is False:
+        return None
+    mia = statement.get("mia_bound")
+    odds = "" if mia is None else f" at best {100 * mia:.1f} % of the time (50 % is a coin toss)"
+    if statement.get("epsilon_target") is not None or statement.get("mechanism") in DP_MECHANISMS:
+        eps = statement.get("epsilon_rdp", statement.get("epsilon_target"))
+        return (f"In plain words: this run is ({_num(eps, '.3g')}, {statement.get('delta')})-differentially private: "
+                f"adding or removing any one record of the training data changes the chance of anything it "
+                f"releases by at most a factor e^epsilon = {_num(None if eps is None else math.exp(eps), '.3g')} "
+                f"(plus delta), so an attacker tells whether a given record was used{odds}. This covers every "
+                "record: what the model reveals about it, and whether it was used.")
+    return (f"In plain words: this run hides which of the {n_train} training records were in the secret half "
+            f"(S*) that trained the model: an attacker who holds all {n_train} tells a record's half{odds}. "
+            "It does not hide the records themselves, nor that they were used.")
+
+
 def plain_words(num_subsets: int | None, n_train: int) -> str:
-    """The PAC statement's opening, for a reader who is no privacy expert: what is public, what is hidden."""
+    """The PAC statement's details for a reader who is no privacy expert: what is public, what is hidden."""
     return (f"What is protected, in plain words: the {n_train} records of the training universe U (the training "
             "data) are treated as public: an attacker may hold every one of them and know that U was used. Hidden "
             f"is which of them make up the secret subset S* (one of {num_subsets} candidate subsets, each half of U) "

@@ -147,7 +147,7 @@ def _model(cfg: TrainConfig, given: Given, tokenizer, device: str):
             device = str(model.get_input_embeddings().weight.device)
         return model, device, cfg
     if cfg.dtype == "auto" or cfg.mu is None:  # a config not resolved by train (paczero eval --dtype auto)
-        cfg = resolve_precision(cfg, device)
+        cfg = resolve_precision(cfg, device, mu_applies=False)
     model = load_model(cfg.model, dtype=cfg.dtype, device=device, track=cfg.track, lora_r=cfg.lora_r,
                        lora_alpha=cfg.lora_alpha, lora_targets=cfg.lora_targets, init_seed=cfg.seed,
                        device_map=cfg.device_map, tokenizer=tokenizer).model

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.config import PAC_PRIVATE, ConfigError, TrainConfig
-from paczero.privacy.statement import guarantee_summary
+from paczero.privacy.statement import guarantee_summary, plain_guarantee
 
 TASK_FILE = "task.json"
 FORMAT = "paczero-task/1"
@@ -188,12 +188,14 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         model_name=title if results else None, eval_results=results)
 
     rows = _metric_rows(summary, metric, shown)
+    plain = plain_guarantee(summary.get("privacy") or {}, cfg["n_train"])
     license_line = ([] if _license(base)["license"] != "other" else
                     ["- License: the base model's license applies; set `license` in this card's metadata to it "
                      "before publishing."])
     body = [
         f"# {title} ({made_by})",
         "",
+        *([f"**Privacy:** {plain}", ""] if plain else []),
         f"- Base model: `{shown}`" + (f" ({base['note']})." if base["note"] else "."),
         f"- Trained: {track}, dtype {cfg['dtype']}.",
         f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
