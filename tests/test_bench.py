@@ -422,7 +422,7 @@ def test_mfu_counts_a_forward_as_torchs_flop_counter_does(name):
 
 def test_every_bench_row_reports_mfu_against_the_rates_it_measured(tmp_path, capsys):
     """``paczero bench --json-out``: each row holds ``mfu``, the matmul rates it divides by and what it counts,
-    and the table prints it. The figures agree with each other: mfu = step FLOPs / step seconds / the 2048³
+    and the table prints it, beside the machine's load. The figures agree with each other: mfu = step FLOPs / step seconds / the 2048³
     rate, mfu_shape the same over the model-shape rate, the step's FLOPs 2 × K forwards. Red if a row lacks
     them or divides by another rate or time."""
     from paczero.bench import main
@@ -440,6 +440,7 @@ def test_every_bench_row_reports_mfu_against_the_rates_it_measured(tmp_path, cap
         assert r["mfu_shape"] == pytest.approx(r["step_flops"] / r["step_s"] / 1e12 / r["matmul_tflops_shape"])
         assert r["floor_mfu"] == pytest.approx(r["forward_flops"] / r["floor_s"] / 1e12 / r["matmul_tflops_2048"])
         assert f"{r['mfu']:.1%}" in printed
+        assert len(r["load_average"]) == 2  # the machine's load around the timings, which it may have shared
 
 
 def test_matmul_rate_is_the_flops_of_one_product_over_its_best_group(monkeypatch):

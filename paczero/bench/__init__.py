@@ -43,6 +43,8 @@ task, track, N, dtype and device, in the same process:
     on the same device, dtype and threads at 2048³ (``matmul_tflops_2048``); ``mfu_shape`` the same over
     the rate at the model's own shape (``matmul_shape``, ``matmul_tflops_shape``); ``floor_mfu`` the
     floor's. What is counted: :mod:`paczero.bench.mfu`, and ``flops_counted`` in each row.
+    ``load_average``: the machine's 1-minute load before and after these timings; where it exceeds the
+    cores, one line says so (:mod:`paczero.machine.busy`): the timings include other processes' work.
 
 Optionally (``--world 2``) the step time of a data-parallel run with that many
 gloo/nccl processes on the same machine, and the speedup over one process.
@@ -80,6 +82,8 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     """All the figures of the module docstring, as a JSON-able dict."""
     import torch
 
+    from paczero.machine.busy import BusyWatch, load_average
+    from paczero.machine.hardware import allowed_cores
     from paczero.models import trainable_parameters
     from paczero.tasks.batching import model_device
 
@@ -89,7 +93,7 @@ def measure(cfg: BenchConfig, log=print) -> dict:
         return measure_first_order(cfg, log)
     t = time.perf_counter()
     h = Harness(cfg)
-    res: dict = {"config": asdict(cfg), "torch_threads": torch.get_num_threads()}
+    res: dict = {"config": asdict(cfg), "torch_threads": torch.get_num_threads(), "load_average": [load_average()]}
     res["trainable_params"] = sum(p.numel() for _, p in trainable_parameters(h.model, cfg.track))
     res["micro_batches"] = len(h.batches)
     res["tokens"] = sum(int(b.attention_mask.sum()) for b in h.batches)
@@ -104,6 +108,8 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     res.update(_step_against_floor(cfg, h, one_step, log))
     res.update(mfu_figures(h, res["step_s"], res["floor_s"]))  # the matmul rates measured here, now
     log(mfu_line(res))
+    res["load_average"].append(load_average())  # the machine's, before and after the timings above
+    BusyWatch(allowed_cores()).check(res["torch_threads"])  # one line where other work shared the cores
     if cfg.scaling:
         res.update(_scaling(cfg, h, one_step, log))
     if cfg.plain:
