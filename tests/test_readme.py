@@ -16,63 +16,69 @@ def _blocks(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
 
 
-def _own_data_command() -> list[str]:
-    block = next(b for b in _blocks("bash") if "--data reviews.csv" in b)
+def _own_data_command(mechanism: str = "pac-zpl") -> list[str]:
+    block = next(b for b in _blocks("bash") if "--data tickets.csv" in b)
     joined = block.replace("\\\n", " ")
-    line = next(x for x in joined.splitlines() if x.strip().startswith("paczero train"))
+    lines = [x for x in joined.splitlines() if x.strip().startswith("paczero train")]
+    line = next(x for x in lines if ("dp-sgd" in x) == (mechanism == "dp-sgd"))
     return shlex.split(line.split("#")[0])[1:]
 
 
-def test_the_own_data_command_trains_on_a_60_row_csv_and_selects_on_dev(tmp_path, monkeypatch, capsys):
-    """The README's command on a 60-row CSV with `text` and `label` columns and the tiny test model in place of
-    SmolLM2 (flags given later win), its 60 steps as written: with no sizes given, the file is used as given
-    (12 test rows, 10 dev, 38 in U) and one line says so; dev is evaluated every 20 steps (so dev selects the
-    released weights); one line says that 10 dev and 12 test rows resolve little. Red if the default sizes
-    (1000 + 500) apply, if the command evaluates on dev only at its last step (eval_every 100), if the
-    small-split line is missing, or if a flag the command names does not exist."""
+def _tickets(tmp_path) -> None:
+    names = ["billing", "technical", "account"]
+    rows = [f"\"my {names[i % 3]} question, number {i}\",{names[i % 3]}" for i in range(60)]
+    (tmp_path / "tickets.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+
+
+def test_the_own_data_command_trains_on_a_60_row_csv_of_three_named_classes(tmp_path, monkeypatch, capsys):
+    """The README's PAC-ZPL command on a 60-row CSV with `text` and `label` columns, three classes by name, and
+    the tiny test model in place of SmolLM2 (flags given later win), its 20 steps as written: with no sizes
+    given, the file is used as given (12 test rows, 10 dev, 38 in U) and one line says so; dev is evaluated
+    every 5 steps (so dev selects the released weights); one line says that 10 dev and 12 test rows resolve
+    little. Red if the default sizes (1000 + 500) apply, if the command evaluates on dev only at its last step,
+    if the small-split line is missing, or if a flag the command names does not exist."""
     from paczero.cli import main
 
-    rows = [f"this was {'great' if i % 2 else 'awful'} number {i},{i % 2}" for i in range(60)]
-    (tmp_path / "reviews.csv").write_text("text,label\n" + "\n".join(rows) + "\n")
+    _tickets(tmp_path)
     monkeypatch.chdir(tmp_path)
     args = _own_data_command()
-    assert "--data" in args and args[args.index("--data") + 1] == "reviews.csv"
-    assert main(args + ["--model", "tiny-llama", "--dtype", "fp32", "--steps", "40", "--no-progress"]) == 0
+    assert "--data" in args and args[args.index("--data") + 1] == "tickets.csv"
+    assert main(args + ["--model", "tiny-llama", "--dtype", "fp32", "--no-progress"]) == 0
     out, err = capsys.readouterr()
     assert "U = 38 rows, dev = 10, test = 12" in err
     notes = [line for line in out.splitlines() if "resolve little" in line]
     assert notes == ["paczero: data: dev 10 rows and test 12 rows: their scores resolve little (a 95 % interval "
                      "spans about ±31% on dev, ±28% on test); at least 50 rows each (a file with more rows, or "
                      "--n-dev and --n-test) resolve more"], out
-    run = tmp_path / "runs" / "reviews"
+    run = tmp_path / "runs" / "tickets"
     summary = json.loads((run / "summary.json").read_text())
     assert [summary["config"][k] for k in ("n_train", "n_dev", "n_test")] == [38, 10, 12]
     evals = [json.loads(line)["step"] for line in (run / "evals.jsonl").read_text().splitlines()]
-    assert summary["config"]["eval_every"] <= 20 and evals == [20, 40]
+    assert evals == [5, 10, 15, 20]
 
 
-def test_the_own_data_command_has_the_quick_start_s_settings(tmp_path, monkeypatch, capsys):
-    """The README says its own-data command trains with the quick start's settings: every key of the quick
-    start's recipe but the model, the data, their sizes and the prompt is the same in the command's config; the
-    command lets template auto choose the prompt, and the recipe's prompt is one of its candidates. Red if a
-    setting of the recipe (clip, eval_every, lr, ...) is left to a default that differs, or if the recipe's
-    prompt is not among auto's candidates."""
+def test_the_own_data_commands_have_the_settings_the_results_chose(tmp_path, monkeypatch, capsys):
+    """The README's PAC-ZPL command has the lr, steps, coin rule and clip of the cell docs/results.md chose for
+    PAC-ZPL with coin steps skipped (cpu-practitioner/lora-zpl-skip-lr2e-2), and the prose names that lr; the
+    DP-SGD command, naming none of them, gets DP-SGD's own clip 1.0 (not the zeroth-order 25). Red if the
+    README's lr and the results page's disagree, or if dp-sgd falls back to the zeroth-order clip."""
     from paczero.cli import main
     from paczero.config import load_yaml
     from paczero.recipes import resolve_recipe
 
-    (tmp_path / "reviews.csv").write_text("text,label\n" + "\n".join(f"row {i},{i % 2}" for i in range(60)) + "\n")
+    _tickets(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert main(_own_data_command() + ["--print-config"]) == 0
     config = json.loads(capsys.readouterr().out)
-    recipe = load_yaml(resolve_recipe("quickstart/smollm2-demo-zpl-lora"))
-    differ = {k: (v, config[k]) for k, v in recipe.items()
-              if k not in ("task", "data", "n_train", "n_dev", "n_test", "template", "verbalizer") and config[k] != v}
-    assert differ == {}
-    assert config["template"] == "auto" and config["verbalizer"] is None
-    from paczero.tasks.prompts import candidates
-
-    assert {"template": recipe["template"], "verbalizer": recipe["verbalizer"]} in candidates(2)
+    chosen = load_yaml(resolve_recipe("cpu-practitioner/lora-zpl-skip-lr2e-2"))
+    assert {k: config[k] for k in ("lr", "steps", "coin_step", "clip", "mechanism")} == {
+        k: chosen[k] for k in ("lr", "steps", "coin_step", "clip", "mechanism")}
+    results = (REPO / "docs" / "results.md").read_text()
+    assert "skipped (lr 2e-2" in results and "lr 2e-2 over 20 steps" in README
+    assert config["template"] == "auto" and config["task"] == "classification"
+    assert main(_own_data_command("dp-sgd") + ["--print-config"]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert (config["mechanism"], config["dp_clip"], config["epsilon"]) == ("dp-sgd", 1.0, 2.0)
 
 
 @pytest.mark.slow  # loads SmolLM2-135M and trains 2 steps: about a minute on 2 cores
@@ -82,9 +88,9 @@ def test_the_api_snippet_runs_as_written(tmp_path, monkeypatch):
     names a function that does not exist or the API refuses its data."""
     code = next(b for b in _blocks("python") if "PACZeroTrainer(" in b)
     code = code.replace("steps=20", "steps=2").replace('"runs/mine"', repr(str(tmp_path / "mine")))
-    code = code.replace('open("paczero/data/', f'open("{REPO}/paczero/data/')
+    monkeypatch.chdir(tmp_path)  # the snippet runs from any folder (the demo set through importlib.resources)
     scope: dict = {}
     exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
     result = scope["result"]
-    assert result.statement.startswith("What is protected")
+    assert result.statement.startswith("In plain words: this run hides which of the 40 training records")
     assert json.loads((tmp_path / "mine" / "run.json").read_text())["data_use"].startswith("U = 40 rows")
