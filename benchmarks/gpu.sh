@@ -13,11 +13,26 @@ arch=${ARCH:-.devcarry/arch}
 py=${PYTHON:-python3}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-bench() {  # name, then paczero bench arguments
+bench() {  # name, then paczero bench arguments; each row's MFU (docs/performance.md, "MFU") closes its log
   local name=$1; shift
   echo "== $name: paczero bench $*"
   timeout "${BENCH_TIMEOUT:-400}" "$py" -m paczero.cli bench --device cuda --json-out "$out/$name.json" "$@" \
     2>&1 | tee "$out/$name.log"
+  "$py" - "$out/$name.json" <<'PY' 2>&1 | tee -a "$out/$name.log"
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as e:
+    sys.exit(f"MFU: no results ({e})")
+for r in rows:
+    c = r["config"]
+    if "mfu" not in r:
+        print(f"MFU: missing for {c['model']} {c['track']}")
+        continue
+    print(f"MFU {c['model']} {c['track']} {c['dtype']} on {c['device']}: step {r['mfu']:.1%} of "
+          f"{r['matmul_tflops_2048']:.3g} TFLOP/s (2048^3), {r['mfu_shape']:.1%} of {r['matmul_tflops_shape']:.3g} "
+          f"(shape {'x'.join(map(str, r['matmul_shape']))}); floor {r.get('floor_mfu', float('nan')):.1%}")
+PY
 }
 if [[ $what == tests || $what == all ]]; then
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
