@@ -35,7 +35,8 @@ from paczero.experiments.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, R
 from paczero.experiments.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
 from paczero.config import DP_MECHANISMS
 from paczero.experiments.report import provenance
-from paczero.experiments.report.tuned import TUNED_TABLES, chosen_cells, plot_tuned, tuned_headline, tuned_table
+from paczero.experiments.report.tuned import (BY_DEV_LOSS, TUNED_TABLES, chosen_cells, plot_budget, plot_tuned,
+                                              tuned_headline, tuned_table)
 from paczero.experiments.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
                                   plot_unanimity)
 from paczero.experiments.report.tables import (cell_table, comparison_table, dp_cliff_table, headline, headline_table,
@@ -144,6 +145,9 @@ def _plots(cells: list[Cell], paper_rows: list, plots_dir: Path, paper_overlay: 
     for t, cs in tuned.items():  # cpu-tuned's file keeps its name
         name = "privacy_utility_tuned.png" if t == "cpu-tuned" else f"privacy_utility_{t}.png"
         plots[f"Privacy against utility, {t} (chosen learning rates)"] = plot_tuned(cs, plots_dir / name)
+        if t in BY_DEV_LOSS:
+            plots[f"Budget, {t}: dev loss against example forwards (chosen learning rates)"] = plot_budget(
+                cs, plots_dir / f"budget_{t}.png")
     if trajectories == "first-seed":
         for c in cells:
             stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", c.name)

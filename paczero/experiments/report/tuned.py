@@ -4,7 +4,11 @@ file and the train-vs-held-out loss attack.
 
 A method is a recipe name without its ``-lr<value>`` suffix. Its learning rate is chosen on the first data
 seed (the smallest seed any of its cells ran) by the released weights' dev accuracy, ties going to the lower
-dev loss: a choice that reads dev only. The chosen cell's other seeds then give the table's figures.
+dev loss (the SST-2 tables: by the lower dev loss, a proper score that 100-500 dev rows resolve better): a choice
+that reads dev only. The chosen cell's other seeds then give the table's figures. Where a table holds the
+non-private first-order ceiling (``adamw``), each method's gain is also given as the fraction of the ceiling's
+gain it keeps, and every chosen cell's dev loss is plotted against the example forwards it spent (the budget
+curve: how long a method must train before its dev loss stops falling).
 """
 from __future__ import annotations
 
@@ -18,8 +22,10 @@ from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std, 
 from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
-TUNED_TABLES = ("cpu-tuned", "cpu-regime", "cpu-practitioner")  # the tables this layout reports
-GAIN_TABLES = ("cpu-practitioner",)  # these also give each method's gain over the zero-shot of its own runs
+TUNED_TABLES = ("cpu-tuned", "cpu-regime", "cpu-practitioner", "cpu-sst2", "gpu-sst2")  # reported in this layout
+GAIN_TABLES = ("cpu-practitioner", "cpu-sst2", "gpu-sst2")  # also each method's gain over the zero-shot of its runs
+BY_DEV_LOSS = ("cpu-sst2", "gpu-sst2")  # the learning rate chosen by dev loss (the others: dev accuracy, then loss)
+CEILING = "adamw"  # the non-private first-order reference: the gain the private methods are read against
 
 
 def label(cfg: dict) -> str:
@@ -53,7 +59,10 @@ def choose(cells: list[Cell]) -> dict[str, tuple[Cell, int, list[tuple[Cell, tup
         ranked = [(c, d) for c, d in scored if d is not None]
         if not ranked:
             continue
-        best = max(ranked, key=lambda cd: (cd[1][0], -cd[1][1]))[0]
+        if grid[0].table in BY_DEV_LOSS:
+            best = min(ranked, key=lambda cd: (cd[1][1], -cd[1][0]))[0]
+        else:
+            best = max(ranked, key=lambda cd: (cd[1][0], -cd[1][1]))[0]
         out[method] = (best, seed, scored)
     return out
 
@@ -106,24 +115,109 @@ def _zero_label(settings: dict, groups: list) -> str:
     return "zero-shot" if len(dtypes) < 2 else f"zero-shot ({settings.get('dtype')})"
 
 
+def ceiling_fraction(gain: tuple, ceiling: tuple) -> str:
+    """A method's mean gain as a percentage of the ceiling's mean gain ("—" where either is missing or the
+    ceiling gained nothing)."""
+    if gain[0] is None or ceiling[0] is None or ceiling[0] == 0:
+        return "—"
+    return f"{100.0 * gain[0] / ceiling[0]:.0f} %"
+
+
 def gain_table(cells: list[Cell]) -> str:
-    """The chosen cell of every method as gains over the strong zero-shot, in domain and out of domain."""
+    """The chosen cell of every method as gains over the strong zero-shot, in domain and out of domain, and,
+    where the table holds the ceiling (``adamw``), the fraction of its gain each method keeps."""
     zero = zero_shot_stats(cells)
+    chosen = sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0]))
+    top = next((gains(c) for _, (c, _s, _g) in chosen if c.cfg["mechanism"] == CEILING), None)
+    kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if top is not None else []
     rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "0",
-             "0", "0", "none needed (reads no training data)", "—"] for settings, st in zero]
-    for method, (c, _seed, _grid) in sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0])):
+             "0", "0", *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)", "—"]
+            for settings, st in zero]
+    for method, (c, _seed, _grid) in chosen:
         text, _mia = guarantee(c)
         g, o = gains(c), gains(c, "ood_test")
+        share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"])] \
+            if kept else []
         rows.append([label(c.cfg), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
-                     fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), text,
+                     fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), *share, text,
                      fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
     note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
             "prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss gains below 0 are "
             "improvements. A gain within two standard deviations of 0 is not resolved.")
+    if kept:
+        note += (" Ceiling kept: the method's mean gain as a share of the mean gain of the non-private first-order "
+                 "ceiling (AdamW on the same trainable parameters, no clipping, no noise).")
     return "\n\n".join([note, markdown_table(
         ["Method", "lr (chosen on dev)", "Test acc %", "Test loss", "Gain acc (pts)", "Gain loss",
-         "Gain acc, out-of-domain", "Gain loss, out-of-domain", "Guarantee", "Loss-attack AUC"], rows)])
+         "Gain acc, out-of-domain", "Gain loss, out-of-domain", *kept, "Guarantee", "Loss-attack AUC"], rows)])
+
+
+def forwards_per_step(cfg: dict) -> float:
+    """A step's expected example forwards (the budget's unit): two per scored example and direction for the
+    zeroth-order methods (the whole universe, a mini-batch, or the expected Poisson batch q N); a forward and a
+    backward, counted as three forwards, per example of a first-order step."""
+    n = float(cfg["n_train"])
+    mech = cfg["mechanism"]
+    if mech == "dp-sgd":
+        return 3.0 * cfg["sample_rate"] * n
+    if mech == CEILING:
+        return 3.0 * (cfg.get("batch_size") or n)
+    k = cfg.get("num_directions") or 1
+    if mech in DP_MECHANISMS:
+        return 2.0 * k * cfg["sample_rate"] * n
+    batch = cfg.get("batch_size") if mech == "mezo" else None
+    return 2.0 * k * (batch or n)
+
+
+def budget_curves(cell: Cell) -> list[tuple[float, float]]:
+    """The chosen cell's dev loss against the example forwards spent, averaged over its runs at each step its
+    runs share (step 0: the zero-shot)."""
+    per_step: dict[int, list[float]] = defaultdict(list)
+    for r in cell.runs:
+        zero = ((r.summary.get("zero_shot") or {}).get("dev") or {}).get("loss")
+        if zero is not None:
+            per_step[0].append(float(zero))
+        path = r.run_dir / "evals.jsonl"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            loss = (rec.get("dev") or {}).get("loss") if isinstance(rec.get("dev"), dict) else rec.get("dev_loss")
+            if loss is not None and rec.get("step") is not None:
+                per_step[int(rec["step"])].append(float(loss))
+    if not per_step:
+        return []
+    n = max(len(v) for v in per_step.values())
+    fw = forwards_per_step(cell.cfg)
+    return [(step * fw, statistics.fmean(v)) for step, v in sorted(per_step.items()) if len(v) == n]
+
+
+def plot_budget(cells: list[Cell], path):
+    """Each chosen cell's dev loss against the example forwards it spent (log scale): where a curve flattens,
+    training longer buys nothing more on dev."""
+    from paczero.experiments.report.plots import _pyplot
+
+    chosen = [(c, budget_curves(c)) for c in sorted(chosen_cells(cells), key=_comparison_order)]
+    chosen = [(c, pts) for c, pts in chosen if len(pts) > 1]
+    if not chosen:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.0, 5.0))
+    for i, (c, pts) in enumerate(chosen):
+        xs, ys = zip(*pts)
+        ax.plot([max(x, 1.0) for x in xs], ys, marker="o", ms=3, color=f"C{i % 10}",
+                label=f"{label(c.cfg)}, lr {c.cfg['lr']:g} (n={len(c.runs)})")
+    ax.set_xscale("log")
+    ax.set_xlabel("example forwards spent (a forward and a backward count as three)")
+    ax.set_ylabel("dev loss (mean over the cell's runs)")
+    ax.grid(alpha=0.3)
+    ax.set_title("How long to train: dev loss against budget, each method at its chosen learning rate", fontsize=9)
+    ax.legend(fontsize=7)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def tuned_table(cells: list[Cell]) -> str:
@@ -157,7 +251,8 @@ def _tuned_table(cells: list[Cell]) -> str:
             "model's loss on the records of the universe U against the held-out test records of the same file; "
             "(ε, δ)-DP bounds it, the PAC guarantee does not (it bounds membership in the secret subset S* given "
             "U). The grid: each method's learning rates on the first seed's dev split; the chosen one has the "
-            "highest dev accuracy (ties: the lower dev loss).")
+            + ("lowest dev loss (ties: the higher dev accuracy)." if cells and cells[0].table in BY_DEV_LOSS
+               else "highest dev accuracy (ties: the lower dev loss)."))
     interval = attack_interval(list(c for c, _, _ in chosen.values()))
     if interval:
         note += " " + interval
