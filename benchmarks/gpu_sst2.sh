@@ -13,8 +13,9 @@
 #   whl/*.whl               wheels of dependencies the machine lacks (opacus, dp-accounting, dm-tree, gguf,
 #                           greenlet), installed into /tmp/site
 # Environment: PYTHON (default python3), WORKERS (cells at once; default: every cell), SWEEP_TIMEOUT (seconds,
-# default 480), SET (extra `--set` overrides, e.g. "model=tiny-llama device=cpu" to try the script on a CPU),
-# CELLS (recipe names or globs; default the whole table).
+# default 480), RUNS (where the runs are written; default OUT_DIR/runs), DEVICE (default cuda), SET (extra
+# `--set` overrides, e.g. "model=tiny-llama dtype=fp32" with DEVICE=cpu to try the script on a CPU), CELLS
+# (recipe names or globs; default the whole table).
 set -u
 out=${1:?usage: gpu_sst2.sh OUT_DIR [STEPS]}
 steps=${2:-1000}
@@ -41,6 +42,7 @@ data=$(realpath "$carry/data/sst2-paper.jsonl")
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/machine.txt"
 "$py" -c "import torch, transformers, peft, opacus; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__)" | tee -a "$out/machine.txt"
 cells=${CELLS:-gpu-sst2}
+runs=${RUNS:-$out/runs}
 # the model converted once, before the cells start (each would otherwise convert the GGUF itself)
 if [[ " ${SET:-} " != *" model="* ]]; then
   "$py" -c "from paczero.models import _smollm2_cached; print('model:', _smollm2_cached('model'))" || exit 1
@@ -50,11 +52,11 @@ workers=${WORKERS:-$n_cells}
 start=$(date +%s)
 # shellcheck disable=SC2086
 timeout "${SWEEP_TIMEOUT:-480}" "$py" -m paczero.cli sweep $cells --seeds 0 --workers "$workers" \
-  --out-root "$out/runs" --set data="$data" device=${DEVICE:-cuda} steps="$steps" eval_every=$(( steps >= 10 ? steps / 10 : 1 )) \
+  --out-root "$runs" --set data="$data" device=${DEVICE:-cuda} steps="$steps" eval_every=$(( steps >= 10 ? steps / 10 : 1 )) \
   checkpoint_every="$steps" ${SET:-} 2>&1 | tee "$out/sweep.log"
 echo "sweep: $(( $(date +%s) - start )) s for $n_cells cells, $workers at once, T = $steps" | tee -a "$out/machine.txt"
 # the public files of every run (no weights, no checkpoints, nothing from private/)
-(cd "$out/runs" && find . \( -name summary.json -o -name evals.jsonl -o -name log.jsonl -o -name run.json \
+(cd "$runs" && find . \( -name summary.json -o -name evals.jsonl -o -name log.jsonl -o -name run.json \
    -o -name 'seed*.yaml' -o -name sweep.jsonl \) -not -path '*/private/*' -not -path '*/checkpoints/*' -print0 \
-   | tar czf ../gpu-sst2-runs.tgz --null -T -)
-echo "packed: $out/gpu-sst2-runs.tgz ($(find "$out/runs" -name summary.json | wc -l) finished runs)"
+   | tar czf "$(realpath "$out")/gpu-sst2-runs.tgz" --null -T -)
+echo "packed: $out/gpu-sst2-runs.tgz ($(find "$runs" -name summary.json | wc -l) finished runs)"
