@@ -122,6 +122,7 @@ class PACZeroTrainer:
         if self.model is not None:
             cfg = _describe(cfg, self.model, self.tokenizer)
         cfg = cfg.validate()
+        _check_dp_sizes(cfg, self.datasets, self._sizes)
         examples = _examples(cfg, self.datasets, self._sizes)
         if examples is not None:  # the sizes used, as run.json, the statement, the card and the summary state them
             cfg = cfg.replace(**dict(zip(("n_train", "n_dev", "n_test"), map(len, examples))))
@@ -290,6 +291,24 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any],
         raise
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def _check_dp_sizes(cfg: TrainConfig, datasets: dict[str, Any], sizes: set[str]) -> None:
+    """A DP run takes no sample size from its data (:func:`paczero.flags.check_dp_sizes`): with a
+    ``train_dataset``, ``n_train`` is set (else U would be every row, and the run would publish their number),
+    and so are ``n_dev`` and ``n_test`` where dev and test are drawn from it (no ``eval_dataset``); a data file
+    needs ``n_test`` as on the command line. One line (ConfigError) before any row is read."""
+    from paczero.config import DP_MECHANISMS
+    from paczero.flags import check_dp_sizes, dp_sizes_error
+
+    if cfg.mechanism not in DP_MECHANISMS:
+        return
+    if datasets["train_dataset"] is None:
+        check_dp_sizes(cfg)
+        return
+    needed = ("n_train",) if datasets["eval_dataset"] is not None else ("n_train", "n_dev", "n_test")
+    if not set(needed) <= set(sizes):
+        raise dp_sizes_error(cfg.mechanism, " and ".join(", ".join(needed).rsplit(", ", 1)))
 
 
 def _data_use(datasets: dict[str, Any], examples: tuple[list, list, list] | None) -> str | None:

@@ -9,7 +9,7 @@ import json
 import typing
 from typing import Any
 
-from paczero.config import LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
+from paczero.config import DP_MECHANISMS, LR_SCHEDULES, MECHANISMS, ConfigError, TrainConfig, load_yaml
 from paczero.recipes import check_data_given, resolve_recipe
 
 
@@ -189,6 +189,7 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
     if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
         check_data_given(resolve_recipe(recipe), values, "--data PATH")
     cfg = TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
+    check_dp_sizes(cfg)
     if not set(SIZES) & set(values):
         cfg = sizes_as_given(cfg)
     return cfg
@@ -220,12 +221,13 @@ def recorded_settings(out_dir: str) -> dict[str, Any]:
 def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
     """With no sample size set anywhere, a local data file too small for the default sizes is used as given
     (:func:`paczero.tasks.data.sizes_for_file`); one line (``say``; default: stderr) says how, and the config
-    records it."""
+    records it. A DP run takes no size from its data (:func:`check_dp_sizes`)."""
     import sys
     from pathlib import Path
 
     from paczero.tasks.data import canonical_task, class_labels, sizes_for_file
 
+    check_dp_sizes(cfg)
     if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file():
         return cfg
     sizes = sizes_for_file(canonical_task(cfg.task), Path(cfg.data).expanduser(),
@@ -238,3 +240,26 @@ def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
             "data_seed (--n-train, --n-dev and --n-test choose)")
     (say or (lambda text: print(text, file=sys.stderr)))(line)
     return cfg.replace(**sizes).validate()
+
+
+def check_dp_sizes(cfg: TrainConfig) -> None:
+    """A DP run (:data:`paczero.config.DP_MECHANISMS`) on a local data file takes every size from its settings,
+    none from the file: under add-or-remove-one adjacency the number of training rows is private, and the sizes
+    a run records (run.json, summary.json, the model card, task.json, the tracker's config, the log's sigma
+    through ``q * n_train``) are public. ``n_test`` unset (no size set at all, or a test set carved as a fifth of
+    the file's rows) is refused in one line (:class:`ConfigError`), before the file is read: the refusal does not
+    depend on the data either."""
+    from pathlib import Path
+
+    if cfg.mechanism not in DP_MECHANISMS or cfg.data in (None, "demo") or cfg.n_test is not None:
+        return
+    if Path(cfg.data).expanduser().is_file():
+        raise dp_sizes_error(cfg.mechanism, "--n-train, --n-dev and --n-test")
+
+
+def dp_sizes_error(mechanism: str, flags: str) -> ConfigError:
+    """The one line that refuses a DP run whose sample sizes would be taken from its data (``flags``: the
+    settings that fix them, in the words of the caller)."""
+    return ConfigError(f"{mechanism} takes no sample size from its data: the number of training rows is private "
+                       f"under add-or-remove-one adjacency and a run publishes its sizes; give {flags} "
+                       "(public sizes the data holds)")

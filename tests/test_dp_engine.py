@@ -1,0 +1,209 @@
+"""DP runs end to end: what a run publishes about its private data, and what its engine executes.
+
+* **Adjacent files** (``test_adjacent_files_publish_nothing_the_noise_does_not_explain``): two runs of each DP
+  mechanism with the same settings and ``--private-seed`` on two files whose training rows differ by one
+  (40 and 39). Everything a run publishes (stdout and stderr, run.json, summary.json, the model card,
+  task.json, evals.jsonl, log.jsonl, the checkpoints' public files, the config a tracker records) is
+  compared: the two may differ only in what the mechanism's noisy outcome decides (metrics, the released
+  coefficients, the dev-best step, hashes of weights), never in a size or a noise scale.
+* **The DP-SGD engine** (``test_dpsgd_hands_adamw_the_noisy_clipped_sum_of_its_poisson_sample``): the gradient
+  a run hands AdamW at each step, taken in the training loop, against the same gradient computed here
+  apart from paczero's engine: the Poisson mask and the noise replayed from the private stream, each
+  sampled example's gradient by plain autograd, clipped by hand.
+* **The DP zeroth-order baselines** (``test_the_released_dp_coefficient_is_the_one_that_moves_the_weights``):
+  each released coefficient is the noisy clipped sum replayed from the private stream, and the weights move
+  by exactly that coefficient along the public direction.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from paczero.cli import main
+
+# ----------------------------------------------------------------------------- adjacent files
+WORDS = ["great", "awful", "fine", "bad", "superb", "dull", "lovely", "boring"]
+
+
+def _rows() -> list[dict]:
+    """40 training rows, 8 validation and 8 test rows (a split column: dev and test are the same in both
+    files, so the files differ in one training row only)."""
+    rows = [{"sentence": f"a {WORDS[i % 8]} film, take {i}", "label": int(i % 2 == 0), "split": "train"}
+            for i in range(40)]
+    rows += [{"sentence": f"the {WORDS[i]} show {i}", "label": int(i % 2 == 0), "split": "validation"}
+             for i in range(8)]
+    rows += [{"sentence": f"this {WORDS[(i + 3) % 8]} play {i}", "label": int(i % 2 == 1), "split": "test"}
+             for i in range(8)]
+    return rows
+
+
+MECHANISM_FLAGS = {
+    "dp-sgd": ["--dp-clip", "0.05"],
+    "dpzero": [],
+    "dp-aggzo": ["--num-directions", "2"],
+    "dpzero-aggzo1": [],
+}
+SIZES = ["--n-train", "32", "--n-dev", "8", "--n-test", "8"]
+#: what a DP run's noisy outcome decides: metrics, released coefficients, the dev-best step
+OUTCOME_KEYS = {"loss", "accuracy", "f1", "exact_match", "coef", "selected_step", "best_step"}
+
+
+def _argv(mechanism: str, data: Path, out: Path, sizes: list[str]) -> list[str]:
+    return (["train", "--model", "tiny-gpt2", "--task", "sst2", "--data", str(data), "--mechanism", mechanism,
+             "--epsilon", "2", "--sample-rate", "0.5", "--steps", "2", "--eval-every", "2", "--lr", "1e-3",
+             "--private-seed", "0", "--dtype", "fp32", "--no-progress", "--out-dir", str(out)]
+            + MECHANISM_FLAGS[mechanism] + sizes)
+
+
+def _published(run: Path) -> dict[str, object]:
+    """Every file of the run folder a reader gets (not the owner-only journal and mechanism state): JSON
+    parsed, text as lines, other files by their size (weights: their values are the noisy outcome)."""
+    out = {}
+    for path in sorted(run.rglob("*")):
+        rel = path.relative_to(run).as_posix()
+        if not path.is_file() or rel.startswith("private/") or path.name in ("private.json", ".paczero.lock"):
+            continue
+        if path.suffix == ".json":
+            out[rel] = json.loads(path.read_text())
+        elif path.suffix == ".jsonl":
+            out[rel] = [json.loads(line) for line in path.read_text().splitlines()]
+        elif path.suffix in (".md", ".txt", ".jinja"):
+            out[rel] = path.read_text().splitlines()
+        else:
+            out[rel] = ("bytes", path.stat().st_size if path.suffix != ".png" else None)
+    return out
+
+
+def _one_run(mechanism: str, rows: list[dict], tmp: Path, sizes: list[str], capsys, monkeypatch) -> dict:
+    """One `paczero train` in this process on ``rows`` written to ``tmp/d/data.jsonl``; what it published.
+    Both runs of a pair use the same paths (run.json records them), one after the other."""
+    from paczero import train as train_module
+    from paczero.run.trackers import open_tracker, public_config
+
+    where = tmp / "d"
+    where.mkdir()
+    data, out = where / "data.jsonl", where / "run"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tracked = []
+    monkeypatch.setattr(train_module, "open_tracker",
+                        lambda cfg, *a, **k: (tracked.append(public_config(cfg)), open_tracker(cfg, *a, **k))[1])
+    capsys.readouterr()
+    code = main(_argv(mechanism, data, out, sizes))
+    captured = capsys.readouterr()
+    public = {"exit": code, "stdout": captured.out.splitlines(), "tracker config": tracked,
+              "stderr": [line for line in captured.err.splitlines() if not line.startswith("paczero: machine busy")]}
+    if out.exists():
+        public.update(_published(out))
+    where.rename(tmp / f"done-{len(list(tmp.glob('done-*')))}")  # the other run writes to the same paths
+    return public
+
+
+def _outcome_line(a: str, b: str) -> bool:
+    """Two lines of text that differ only in a metric's digits or the dev-best step."""
+    if not re.search(r"loss|accuracy|\bf1\b|fine-tuned", a):
+        return False
+    mask = lambda s: re.sub(r"step \d+", "step #", re.sub(r"\d+\.\d+", "#", s))  # noqa: E731
+    return mask(a) == mask(b)
+
+
+def _differences(a, b, path: str = "") -> list[str]:
+    """Where ``a`` and ``b`` differ beyond the noisy outcome (OUTCOME_KEYS, metric lines, weight hashes)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path}: keys {sorted(a.keys() ^ b.keys())}"]
+        found = []
+        for key in a:
+            if key in OUTCOME_KEYS or ("manifest.json/" in path + "/" and re.fullmatch(r"[0-9a-f]{64}", str(a[key]))):
+                continue
+            if key == "step" and path.endswith("/best"):  # the dev-best step (public.json)
+                continue
+            found += _differences(a[key], b[key], f"{path}/{key}")
+        return found
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        found = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            if isinstance(x, str) and isinstance(y, str) and x != y and _outcome_line(x, y):
+                continue
+            found += _differences(x, y, f"{path}[{i}]")
+        return found
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+@pytest.mark.parametrize("sizes", ["explicit", "default"])
+@pytest.mark.parametrize("mechanism", list(MECHANISM_FLAGS))
+def test_adjacent_files_publish_nothing_the_noise_does_not_explain(mechanism, sizes, tmp_path, capsys, monkeypatch):
+    """Two runs, same settings and private seed, on files whose training rows are 40 and 39 (one row
+    removed): every public place compared, and the only differences are the noisy outcome's. ``default`` (no
+    --n-train/--n-dev/--n-test) is the small-file path: both runs are refused in the same one line naming
+    --n-train (exit 2, before any model loads, no run folder), so they publish the same. ``explicit``: the runs
+    go through with U of exactly the public n_train rows; sizes, sigma and every setting agree, and sigma is
+    sigma C / (q n_train) of the published noise multiplier (DP-AggZO's: over its Laplace-noised size, the same
+    draw in both runs). Red with the old ``sizes_as_given`` that sets n_train = len(train) for DP (stderr
+    'U = 40 rows' vs 39, config.n_train, sizes.universe, task.json, the card, the tracker's config, every log
+    sigma), and red if a DP run.json carried its data fingerprint (``_private_batches`` ignored in ``_begin``)."""
+    rows = _rows()
+    given = SIZES if sizes == "explicit" else []
+    a = _one_run(mechanism, rows, tmp_path, given, capsys, monkeypatch)
+    b = _one_run(mechanism, rows[1:], tmp_path, given, capsys, monkeypatch)
+    differences = _differences(a, b)
+    assert differences == []
+    if sizes == "default":
+        assert a["exit"] == 2 and a["stdout"] == [] and "run.json" not in a
+        (line,) = a["stderr"]
+        assert line.startswith(f"paczero: error: {mechanism} takes no sample size from its data") and "--n-train" in line
+        return
+    assert a["exit"] in (0, None) and a["run.json"]["config"]["n_train"] == 32
+    assert a["summary.json"]["sizes"] == {"universe": 32, "dev": 8, "test": 8}
+    assert a["tracker config"][0]["n_train"] == 32 and "training universe of 32 examples" in "\n".join(
+        a["model/README.md"])
+    privacy = a["summary.json"]["privacy"]
+    sigmas = {s for r in a["log.jsonl"] for s in (r["sigma"] if isinstance(r["sigma"], list) else [r["sigma"]])}
+    assert len(a["log.jsonl"]) == 2 and len(sigmas) == 1
+    clip = 0.05 if mechanism == "dp-sgd" else 25.0
+    if mechanism in ("dp-sgd", "dpzero"):
+        assert sigmas.pop() == pytest.approx(privacy["noise_multiplier"] * clip / (0.5 * 32), rel=1e-12)
+    else:  # K sigma C / (q (N + X)): N is the public n_train here, X the same Laplace draw in both runs
+        k = privacy["num_directions"]
+        noisy_n = k * privacy["noise_multiplier"] * clip / (0.5 * sigmas.pop())
+        assert noisy_n == pytest.approx(round(noisy_n), abs=1e-6)
+
+
+def test_the_python_api_refuses_sizes_taken_from_the_data(tmp_path):
+    """PACZeroTrainer, a DP mechanism: a train_dataset without n_train, a train_dataset alone (dev and test drawn
+    from it) without n_dev and n_test, and a data file without sizes are each refused in one line naming
+    n_train, before a model loads; with the sizes set the check passes (a PAC run needs none). Red if the API
+    used every row of train_dataset as U for DP (the run would publish their number)."""
+    from paczero import PACZeroTrainer
+    from paczero.config import ConfigError, TrainConfig
+
+    rows = [{"sentence": r["sentence"], "label": r["label"]} for r in _rows() if r["split"] == "train"]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    common = dict(task="sst2", config={"model": "tiny-gpt2"}, mechanism="dpzero", epsilon=2.0, steps=2,
+                  eval_every=2, progress=False, out_dir=str(tmp_path / "run"))
+    for trainer in (PACZeroTrainer(train_dataset=rows, **common),
+                    PACZeroTrainer(train_dataset=rows, n_train=16, **common),
+                    PACZeroTrainer(train_dataset=rows, eval_dataset=rows[:8], n_dev=8, **common),
+                    PACZeroTrainer(data=str(data), **common)):
+        with pytest.raises(ConfigError) as error:
+            trainer.train(log=lambda line: None)
+        message = str(error.value)
+        assert "\n" not in message and "n_train" in message and "--n-train" not in message, message
+        assert message.startswith("dpzero takes no sample size from its data")
+    assert not (tmp_path / "run").exists()
+    from paczero.api import _check_dp_sizes
+
+    datasets = {"train_dataset": rows, "eval_dataset": None, "test_dataset": None}
+    cfg = TrainConfig(model="tiny-gpt2", task="sst2", mechanism="dpzero", epsilon=2.0).validate()
+    _check_dp_sizes(cfg, datasets, {"n_train", "n_dev", "n_test"})
+    _check_dp_sizes(cfg, {**datasets, "eval_dataset": rows[:8]}, {"n_train"})
+    _check_dp_sizes(cfg.replace(mechanism="pac-zpl", epsilon=None), datasets, set())
