@@ -207,3 +207,85 @@ def test_the_python_api_refuses_sizes_taken_from_the_data(tmp_path):
     _check_dp_sizes(cfg, datasets, {"n_train", "n_dev", "n_test"})
     _check_dp_sizes(cfg, {**datasets, "eval_dataset": rows[:8]}, {"n_train"})
     _check_dp_sizes(cfg.replace(mechanism="pac-zpl", epsilon=None), datasets, set())
+
+
+# ----------------------------------------------------------------------------- the DP-SGD engine
+def _engine_config(tmp_path, **overrides):
+    from paczero.config import TrainConfig
+
+    settings = dict(model="tiny-llama", task="demo", data="demo", track="lora", n_train=8, n_dev=4, n_test=4,
+                    mechanism="dp-sgd", epsilon=2.0, sample_rate=0.5, dp_clip=1e-3, steps=3, eval_every=3,
+                    checkpoint_every=3, lr=1e-2, weight_decay=0.0, private_seed=11, seed=0, dtype="fp32",
+                    progress=False, eval_zero_shot=False, device="cpu", out_dir=str(tmp_path / "run"))
+    return TrainConfig(**{**settings, **overrides}).validate()
+
+
+def _replayed_poisson_mask(rng, q: Fraction, n: int) -> np.ndarray:
+    """The Poisson sample as the private stream defines it: each of the n examples joins iff a uniform integer
+    in [0, den) lies below num (q = num / den exactly)."""
+    return np.asarray(rng.integers(0, q.denominator, size=n), dtype=np.int64) < q.numerator
+
+
+def test_dpsgd_hands_adamw_the_noisy_clipped_sum_of_its_poisson_sample(tmp_path, monkeypatch):
+    """A 3-step DP-SGD run (tiny-llama, LoRA, C = 1e-3, q = 0.5, N = n_train = 8, a fixed private seed) through
+    ``paczero.train.train``: the gradient on every parameter at the moment AdamW steps (torch's AdamW.step
+    intercepted, with the weights it is about to update) equals, to float tolerance, the gradient computed here
+    apart from paczero's engine: the private stream replayed (a generator of the same seed: the Poisson mask as
+    integers below q's numerator, then the noise, standard normals times sigma C, sigma the noise multiplier
+    the run states, itself dp-accounting's), each sampled example's gradient at those weights by plain
+    autograd, one example at a time, clipped to C by hand, summed, plus the noise, over the public q n_train.
+    Planted faults, each tried and each red: the noise drawn and not added (``s + 0.0 * z`` in dpsgd_step); the
+    noise scaled by sigma instead of sigma C (DPSGD.noise); one row of a micro-batch unclipped (clipped_sum
+    adding back that row's gradient minus its clipped one); the whole universe scored instead of the Poisson
+    sample (DPSGD.batch_indices returning every index after drawing its mask)."""
+    from paczero.models import trainable_parameters
+    from paczero.privacy.subsets import private_generator
+    from paczero.run.build import build
+    from paczero.train import train
+
+    cfg = _engine_config(tmp_path)
+    seen = []
+    real_step = torch.optim.AdamW.step
+
+    def step(self, *args, **kwargs):
+        params = [p for group in self.param_groups for p in group["params"]]
+        seen.append(([p.detach().clone() for p in params], [p.grad.detach().clone() for p in params]))
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+    summary = train(cfg, log=lambda line: None)
+    monkeypatch.undo()
+    assert len(seen) == cfg.steps
+    sigma = summary["privacy"]["noise_multiplier"]
+    from dp_accounting import dp_event, mechanism_calibration
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    assert sigma == pytest.approx(mechanism_calibration.calibrate_dp_mechanism(
+        rdp_privacy_accountant.RdpAccountant, lambda s: dp_event.SelfComposedDpEvent(
+            dp_event.PoissonSampledDpEvent(0.5, dp_event.GaussianDpEvent(s)), cfg.steps), 2.0, cfg.delta), rel=1e-5)
+
+    setup = build(cfg)  # the same universe, and a model to compute the reference gradients on
+    params = [p.requires_grad_(True) for _, p in trainable_parameters(setup.model, cfg.track)]
+    numel = sum(p.numel() for p in params)
+    rng = private_generator(cfg.private_seed)
+    clip, denominator = cfg.dp_clip, cfg.sample_rate * cfg.n_train
+    sizes = []
+    for weights, got in seen:
+        mask = _replayed_poisson_mask(rng, Fraction(cfg.sample_rate), len(setup.universe))
+        noise = np.asarray(rng.standard_normal(numel), dtype=np.float64) * (sigma * clip)
+        sizes.append(int(mask.sum()))
+        with torch.no_grad():
+            for p, w in zip(params, weights):
+                p.copy_(w)
+        total = torch.zeros(numel, dtype=torch.float64)
+        for i in np.flatnonzero(mask):
+            (batch,) = setup.task.make_batches([setup.universe[i]], token_budget=4096)
+            with torch.enable_grad():
+                grads = torch.autograd.grad(setup.task.losses(setup.model, batch)[0], params)
+            g = torch.cat([x.double().flatten() for x in grads])
+            assert float(g.norm()) > 2 * clip  # every example's gradient is clipped: an unclipped one would show
+            total += g * min(1.0, clip / float(g.norm()))
+        want = (total + torch.from_numpy(noise)) / denominator
+        got = torch.cat([x.double().flatten() for x in got])
+        assert float((got - want).norm()) <= 1e-3 * clip / denominator, (len(sizes), float((got - want).norm()))
+    assert any(0 < b < cfg.n_train for b in sizes), sizes  # a proper sample: the whole universe would differ
