@@ -289,3 +289,93 @@ def test_dpsgd_hands_adamw_the_noisy_clipped_sum_of_its_poisson_sample(tmp_path,
         got = torch.cat([x.double().flatten() for x in got])
         assert float((got - want).norm()) <= 1e-3 * clip / denominator, (len(sizes), float((got - want).norm()))
     assert any(0 < b < cfg.n_train for b in sizes), sizes  # a proper sample: the whole universe would differ
+
+
+# ----------------------------------------------------------------------------- the DP zeroth-order baselines
+@pytest.mark.parametrize("mechanism, k", [("dpzero", 1), ("dp-aggzo", 2), ("dpzero-aggzo1", 1)])
+def test_the_released_dp_coefficient_is_the_one_that_moves_the_weights(mechanism, k, tmp_path, monkeypatch):
+    """A 3-step run of a DP zeroth-order baseline (tiny-llama, LoRA, q = 0.5, C = 0.5, a fixed private seed)
+    through ``paczero.train.train``. Replayed here from the private stream (a generator of the same seed: for
+    DP-AggZO first the discrete Laplace of the noisy size, then per step the Poisson mask as integers below q's
+    numerator, then K exact discrete Gaussians of scale sigma 2^40, sigma the run's stated noise multiplier)
+    with the per-example scalars the engine handed the mechanism, clipped by hand (DPZero: into [-C, C];
+    DP-AggZO: each example's K-vector over K to L2 norm C) and put on the C 2^-40 grid: every coefficient the run
+    releases (and log.jsonl publishes) is, to a grid unit per example, that noisy sum over q n_train (DPZero) or q (N + X) times K (DP-AggZO),
+    the examples scored are the replayed sample, and the weights move from one step to the next by exactly
+    -(lr / K) sum_k coef_k z_k, z the public direction of (seed, step, k). Planted faults, each tried and red:
+    the discrete Gaussian drawn and not added (``s + 0 * discrete_gaussian(...)`` in ``noisy_grid_sum``); the
+    weights moved by another coefficient than the one released (``1.01 * c`` in ``train``'s release). Red too if
+    a step scored another sample than the replayed one."""
+    from paczero import zo
+    from paczero import train as train_module
+    from paczero.models import trainable_parameters
+    from paczero.privacy.exact_noise import GRID_BITS, discrete_gaussian, discrete_laplace
+    from paczero.privacy.subsets import private_generator
+    from paczero.run.build import build
+
+    cfg = _engine_config(tmp_path, mechanism=mechanism, num_directions=k, dp_clip=0.5, mu=1e-2, lr=1e-3)
+    seen = {"batches": [], "scalars": [], "coefs": [], "weights": []}
+    perturbers = []
+
+    class Recorded(zo.Perturber):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            perturbers.append(self)
+
+    real_make = train_module.make_mechanism
+
+    def make(*args, **kwargs):
+        mech = real_make(*args, **kwargs)
+        batch_indices, step = mech.batch_indices, mech.step
+
+        def recorded_batch(n):
+            seen["weights"].append([p.detach().clone() for p in perturbers[0].params])  # theta_t
+            idx = batch_indices(n)
+            seen["batches"].append(idx.tolist())
+            return idx
+
+        def recorded_step(scalars):
+            seen["scalars"].append(np.array(scalars, dtype=np.float64))
+            releases = step(scalars)
+            seen["coefs"].append([r.coef for r in releases])
+            return releases
+
+        mech.batch_indices, mech.step = recorded_batch, recorded_step
+        return mech
+
+    monkeypatch.setattr(zo, "Perturber", Recorded)
+    monkeypatch.setattr(train_module, "make_mechanism", make)
+    summary = train_module.train(cfg, log=lambda line: None)
+    monkeypatch.undo()
+    logged = [json.loads(line)["coef"] for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [c if isinstance(c, list) else [c] for c in logged] == seen["coefs"]
+
+    privacy, n, q, clip = summary["privacy"], cfg.n_train, Fraction(cfg.sample_rate), cfg.dp_clip
+    rng = private_generator(cfg.private_seed)
+    if mechanism == "dpzero":
+        denominator = cfg.sample_rate * n
+    else:
+        denominator = cfg.sample_rate * max(n + discrete_laplace(rng, privacy["laplace_scale"]), 1)
+    unit, scale = 2 ** GRID_BITS, Fraction(privacy["noise_multiplier"]) * 2 ** GRID_BITS
+    for t in range(cfg.steps):
+        mask = _replayed_poisson_mask(rng, q, n)
+        assert seen["batches"][t] == np.flatnonzero(mask).tolist()
+        per_example = seen["scalars"][t].T / k  # [B, K]
+        norms = np.linalg.norm(per_example, axis=1, keepdims=True)
+        clipped = per_example * np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+        sums = np.rint(clipped * (unit / clip)).astype(np.int64).sum(axis=0) if len(clipped) else np.zeros(k, int)
+        noisy = [int(s) + discrete_gaussian(rng, scale * scale) for s in sums]
+        want = [k * math.ldexp(float(v), -GRID_BITS) * clip / denominator for v in noisy]
+        grid_unit = k * math.ldexp(clip, -GRID_BITS) / denominator  # a row rounded over C is pulled back a unit
+        assert seen["coefs"][t] == pytest.approx(want, rel=1e-12, abs=(len(clipped) + 1) * grid_unit)
+
+    reference = build(cfg, with_model=True)
+    params = trainable_parameters(reference.model, cfg.track)
+    directions = zo.Perturber(reference.model, params, cfg.seed)
+    for t in range(cfg.steps - 1):
+        before, after = seen["weights"][t], seen["weights"][t + 1]
+        for i, (b, a) in enumerate(zip(before, after)):
+            move = sum(float(c) * directions.direction(t, j, i).double() for j, c in enumerate(seen["coefs"][t]))
+            want = b.double() - cfg.lr / k * move
+            assert torch.allclose(a.double(), want, rtol=0, atol=1e-6 * float(b.abs().max() + move.abs().max())), (t, i)
+        assert any(not torch.equal(a, b) for a, b in zip(after, before))
