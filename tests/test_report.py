@@ -467,8 +467,9 @@ def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_
     first = md.read_text()
     assert main(["report", str(out / "runs"), "--out", str(out), "--markdown", str(md), "--keep-runs"]) == 0
     assert md.read_text() == first
-    assert f"paczero sweep cpu-scale --seeds 0 1 2 --out-root {root} --set data={data}\n" in first
-    assert f"paczero report {root} --out {out} --markdown {md} --keep-runs\n" in first
+    # paths inside the folder the report ran in: relative to it (docs/outputs.md, "Paths in what a report publishes")
+    assert "paczero sweep cpu-scale --seeds 0 1 2 --out-root runs --set data=imdb.jsonl\n" in first
+    assert "paczero report runs --out docs/results --markdown docs/results.md --keep-runs\n" in first
     assert "(plots/curves/cpu-scale_smollm2-lora-zpl.png)" not in first  # links are relative to the Markdown
     assert "(results/plots/curves/cpu-scale_smollm2-lora-zpl.png)" in first
     kept = {p.relative_to(out / "runs").as_posix() for p in (out / "runs").rglob("*") if p.is_file()}
@@ -478,6 +479,58 @@ def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_
     for rec in map(json.loads, (out / "runs" / "sweep.jsonl").read_text().splitlines()):
         assert "time" not in rec or rec.get("sweep")  # no cell record brackets a DP run's time
         assert ("seconds" not in rec) == ("dpzero" in rec["recipe"])
+
+
+def test_a_report_of_runs_recorded_with_absolute_paths_publishes_none(tmp_path, monkeypatch):
+    """A run records its data file resolved and a sweep its out-root as typed (here both absolute, outside the
+    folder the report runs in): the report's Markdown, runs.csv, cells.csv and every kept file show them as
+    PATH/... (the out-root's runs following it), and the report written again from the kept runs is the same.
+    Red if the writer copies a run's recorded paths (today's: the title, the sweep command's --out-root and
+    --set data, runs.csv's run_dir and the kept summary.json, seed<k>.yaml and sweep.jsonl named the machine's
+    folders)."""
+    machine = tmp_path / "machine"
+    root, data = machine / "sweeps" / "cpu-scale", machine / "data" / "imdb.jsonl"
+    _cpu_scale_sweep(root, data)
+    for yml in root.rglob("seed*.yaml"):  # as paczero sweep writes it: the recipe's source and the --set values
+        cfg = json.loads(yml.read_text())
+        cfg["recipe"].update(source=str(machine / "repo" / "paczero" / "recipes" / f"{cfg['recipe']['name']}.yaml"),
+                             overrides={"data": str(data)})
+        yml.write_text(json.dumps({**cfg, "data": str(data), "out_dir": str(yml.with_suffix(""))}))
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    out, md = here / "published", here / "published.md"
+    assert main(["report", str(root), "--out", str(out), "--markdown", str(md), "--keep-runs", "--no-paper"]) == 0
+    first = md.read_text()
+    assert first.startswith("# paczero report: PATH/cpu-scale\n")
+    assert "paczero sweep cpu-scale --seeds 0 1 2 --out-root PATH/cpu-scale --set data=PATH/imdb.jsonl\n" in first
+    assert "paczero report PATH/cpu-scale --out published --markdown published.md --keep-runs --no-paper\n" in first
+    rows = list(csv.DictReader((out / "runs.csv").open()))
+    assert rows[0]["run_dir"].startswith("PATH/cpu-scale/cpu-scale/")
+    published = [md, *(p for p in out.rglob("*") if p.is_file() and p.suffix in (".csv", ".json", ".jsonl", ".yaml"))]
+    assert len(published) > 20
+    leaks = {p.name for p in published if str(tmp_path) in p.read_text() or "/tmp/" in p.read_text()}
+    assert not leaks
+    kept = json.loads(next((out / "runs").rglob("summary.json")).read_text())["config"]
+    assert kept["data"] == "PATH/imdb.jsonl"
+    assert main(["report", str(out / "runs"), "--out", str(out), "--markdown", str(md), "--keep-runs", "--no-paper"]) == 0
+    assert md.read_text() == first
+
+
+def test_public_paths_keep_two_files_of_one_name_apart_and_typed_paths_as_typed(tmp_path):
+    """Outside the working folder a path shows as PATH/ and as few last components as tell it apart from the
+    report's other paths; inside it, relative; a path typed relative, as typed; a folder given a form (the runs
+    folder as typed), its paths under that form. Red if two data files of one name shared a placeholder (their
+    runs would pool into one cell), or if a relative path were resolved."""
+    from paczero.experiments.report.paths import PublicPaths
+
+    a, b = "/data/a/imdb.jsonl", "/data/b/imdb.jsonl"
+    shown = PublicPaths(cwd=tmp_path, folders={str(Path.home() / "runs"): "~/runs"}, seen=[a, b, "/x/yelp.jsonl"])
+    assert (shown(a), shown(b), shown("/x/yelp.jsonl")) == ("PATH/a/imdb.jsonl", "PATH/b/imdb.jsonl", "PATH/yelp.jsonl")
+    assert shown(str(tmp_path / "runs" / "seed0")) == "runs/seed0" and shown(str(tmp_path)) == "."
+    assert shown("../data/imdb.jsonl") == "../data/imdb.jsonl" and shown("Review: {sentence}") == "Review: {sentence}"
+    assert shown(str(Path.home() / "runs" / "x" / "seed0")) == "~/runs/x/seed0"
+    assert shown.words("--out /data/a/imdb.jsonl --keep-runs") == "--out PATH/a/imdb.jsonl --keep-runs"
 
 
 def test_the_privacy_utility_plot_puts_each_cell_at_its_mia_bound(tmp_path, monkeypatch):

@@ -34,9 +34,26 @@ def test_expand_recipes_names_globs_tables_and_paths(tmp_path):
     assert len(expand_recipes(["headline/sst2-*-ft-*"])) == 6
     f = tmp_path / "mine.yaml"
     f.write_text("mechanism: pac-zpl\n")
-    assert expand_recipes([str(f)]) == [("mine", f.resolve())]
+    assert expand_recipes([str(f)]) == [("mine", f)]
     with pytest.raises(ConfigError, match="no recipe matches"):
         expand_recipes(["no-such-table/*"])
+
+
+def test_a_cells_config_names_its_recipe_and_folders_as_given_not_resolved(tmp_path, monkeypatch):
+    """The config a sweep writes beside each run (``seed<k>.yaml``, which ``paczero report --keep-runs``
+    publishes) names a shipped recipe by its path in the package, a YAML file and the out-root as typed. Red if
+    either is resolved to an absolute path of the machine."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    Path("mine.yaml").write_text("mechanism: pac-zpl\nmodel: tiny-opt\ntask: demo\n")
+    for pattern, source in (("headline/sst2-opt1.3b-ft-zpl", "paczero/recipes/headline/sst2-opt1.3b-ft-zpl.yaml"),
+                            ("mine.yaml", "mine.yaml")):
+        cell = plan([pattern], [1], "runs")[0]
+        materialise(cell, {})
+        written = yaml.safe_load(cell.config_path.read_text())
+        assert written["recipe"]["source"] == source
+        assert written["out_dir"] == f"runs/{cell.recipe}/seed1"
 
 
 def test_overrides_are_typed_and_checked():

@@ -93,7 +93,7 @@ def expand_recipes(patterns: list[str]) -> list[tuple[str, Path]]:
     for pat in patterns:
         path = Path(pat).expanduser()
         if pat.endswith((".yaml", ".yml")) and path.is_file():
-            found.setdefault(path.stem, path.resolve())
+            found.setdefault(path.stem, path)  # as typed: the sweep's records name no folder of the machine
             continue
         names = [n for n in shipped if fnmatch.fnmatchcase(n, pat) or n.startswith(pat.rstrip("/") + "/")]
         if not names:
@@ -165,12 +165,23 @@ def materialise(cell: Cell, overrides: dict[str, Any], *, write: bool = True) ->
     if not write:
         return cfg
     cell.config_path.parent.mkdir(parents=True, exist_ok=True)
-    header = {"recipe": {"name": cell.recipe, "source": str(cell.source), "seed": cell.seed,
+    header = {"recipe": {"name": cell.recipe, "source": recipe_source(cell.source), "seed": cell.seed,
                          "seed_field": field, "overrides": overrides}}
     text = ("# materialised by 'paczero sweep': the recipe, the --set overrides, the seed and the run folder\n"
             + yaml.safe_dump(header, sort_keys=False) + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     cell.config_path.write_text(text)
     return cfg
+
+
+def recipe_source(source: Path) -> str:
+    """Where a cell's recipe came from, as its config records it: a shipped recipe by its path in the package
+    (``paczero/recipes/<name>.yaml``), a YAML file as it was given."""
+    from paczero.recipes import recipes_root
+
+    try:
+        return (Path("paczero/recipes") / Path(source).resolve().relative_to(recipes_root().resolve())).as_posix()
+    except ValueError:
+        return str(source)
 
 
 def train_command(cell: Cell, *, resume: bool) -> list[str]:

@@ -34,7 +34,7 @@ from paczero.experiments.report.cells import (CELL_COLUMNS, RUN_COLUMNS, Cell, R
                                   group_cells, load_paper_results, mean_std, read_log, run_row)
 from paczero.experiments.report.ladder import RUNG_COLUMNS, ladder_table, rung_rows
 from paczero.config import DP_MECHANISMS
-from paczero.experiments.report import provenance
+from paczero.experiments.report import paths, provenance
 from paczero.experiments.report.tuned import (BY_DEV_LOSS, TUNED_TABLES, chosen_cells, plot_budget, plot_tuned,
                                               tuned_headline, tuned_table)
 from paczero.experiments.report.plots import (plot_curves, plot_dp_cliff, plot_mi_plateau, plot_privacy_utility, plot_trajectory,
@@ -90,14 +90,19 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
         raise ValueError(f"{str(md_path)!r} exists and is not a paczero report: the report overwrites only its own "
                          "files; give another --markdown path")
     records = provenance.sweep_records(root, exclude=None if inside else out_dir)
-    shown_root = provenance.sweep_root(records) or str(runs_dir)
+    shown = paths.for_report(runs_dir, [*(r.summary for r in runs), *records, *provenance.sweep_configs(runs)],
+                             provenance.sweep_root(records))  # no absolute path of this machine in what it writes
+    for r in runs:
+        r.summary = shown.config(r.summary)
+    shown_root = shown(provenance.sweep_root(records) or str(runs_dir))
     paper_rows = load_paper_results() if paper_overlay else []
     cells = group_cells(runs, paper_rows)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_csv(out_dir / "runs.csv", RUN_COLUMNS, [run_row(r) for r in runs])
+    _write_csv(out_dir / "runs.csv", RUN_COLUMNS, [{**run_row(r), "run_dir": shown(str(r.run_dir))} for r in runs])
     _write_csv(out_dir / "cells.csv", CELL_COLUMNS, [cell_row(c) for c in cells])
     if any(r.rungs for r in runs):
-        _write_csv(out_dir / "rungs.csv", RUNG_COLUMNS, rung_rows(runs))
+        _write_csv(out_dir / "rungs.csv", RUNG_COLUMNS, [{**row, "run_dir": shown(row.get("run_dir"))}
+                                                         for row in rung_rows(runs)])
 
     plots = _plots(cells, paper_rows, out_dir / "plots", paper_overlay, trajectories)
     md = [f"{TITLE}{shown_root}", "",
@@ -122,9 +127,9 @@ def write_report(runs_dir: str | Path, out: str | Path | None = None, *, paper_o
         if p is not None:
             link = Path(os.path.relpath(p, md_path.parent)).as_posix()
             md.append(f"- {title}: [{link}]({link})")
-    md += ["", *provenance.made_by(runs, records, shown_root, report_args)]
+    md += ["", *provenance.made_by(runs, records, shown_root, None if report_args is None else shown.words(report_args))]
     if keep_runs:
-        provenance.keep_runs(runs, root, out_dir / "runs")
+        provenance.keep_runs(runs, root, out_dir / "runs", shown)
     md_path.parent.mkdir(parents=True, exist_ok=True)
     md_path.write_text("\n".join(md) + "\n")
     return out_dir

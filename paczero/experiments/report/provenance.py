@@ -8,7 +8,7 @@ import shlex
 import shutil
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from paczero.config import DP_MECHANISMS
 from paczero.run.curves import read_records
@@ -118,21 +118,45 @@ def sweep_commands(runs: list[Run], root: str) -> list[str]:
     return lines
 
 
-def keep_runs(runs: list[Run], root: Path, dest: Path) -> int:
+def sweep_configs(runs: list[Run]) -> list[Any]:
+    """The configs the sweep wrote beside the runs (``seed<k>.yaml``), as read (those it could not read aside)."""
+    import yaml
+
+    out = []
+    for r in runs:
+        try:
+            out.append(yaml.safe_load(r.run_dir.with_name(r.run_dir.name + ".yaml").read_text()))
+        except (OSError, yaml.YAMLError):
+            continue
+    return out
+
+
+def keep_runs(runs: list[Run], root: Path, dest: Path, shown: Callable[[Any], Any] | None = None) -> int:
     """Copy each run's small files (:data:`SMALL_FILES`), the sweep's config beside it (``seed<k>.yaml``) and
     every ``sweep.jsonl`` under ``root`` (without any run's time in a sweep that ran a DP run: its time depends
     on its private batches, and the others' with the sweep's span would give it)
     into ``dest``, at the same relative paths; return the files copied. ``paczero report DEST`` then writes the
-    same report without the weights."""
+    same report without the weights. ``shown`` (a :class:`paczero.experiments.report.paths.PublicPaths`): the
+    copies hold each absolute path in its public form; kept copies reported again into themselves (``dest`` is
+    ``root``, no run there holds its ``run.json``) are rewritten so, the folders of runs themselves never."""
     copied = 0
+    kept_copies = not any((r.run_dir / "run.json").exists() for r in runs)
 
     def copy(src: Path) -> None:
         nonlocal copied
         target = dest / src.relative_to(root)
-        if src.is_file() and src.resolve() != target.resolve():
-            target.parent.mkdir(parents=True, exist_ok=True)
+        same = src.resolve() == target.resolve()
+        if not src.is_file() or (same and (shown is None or not kept_copies)):
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if shown is None:
             shutil.copyfile(src, target)
-            copied += 1
+        else:
+            text = src.read_text()
+            public = shown.text(text, src.suffix)
+            if not same or public != text:
+                target.write_text(public)
+        copied += 1
 
     for r in runs:
         for name in SMALL_FILES:
@@ -141,12 +165,15 @@ def keep_runs(runs: list[Run], root: Path, dest: Path) -> int:
     private_time = {(r.cell, r.seed) for r in runs if r.cfg.get("mechanism") in DP_MECHANISMS}
     for path in sorted(root.rglob("sweep.jsonl")):
         target = dest / path.relative_to(root)
-        if dest.resolve() in path.resolve().parents or path.resolve() == target.resolve():
-            continue
+        same = path.resolve() == target.resolve()
+        if (dest.resolve() in path.resolve().parents and not same) or (same and not kept_copies):
+            continue  # a copy kept before, or a sweep's own record
         records = read_records(path)
         dp_sweep = any((rec.get("recipe"), rec.get("seed")) in private_time for rec in records)
         records = [{k: v for k, v in rec.items() if k not in ("time", "seconds")} if dp_sweep and not rec.get("sweep")
                    else {k: v for k, v in rec.items() if k != "time" or rec.get("sweep")} for rec in records]
+        if shown is not None:
+            records = [shown.config(rec) for rec in records]
         target.parent.mkdir(parents=True, exist_ok=True)  # a DP run's time depends on its private batches
         target.write_text("".join(json.dumps(rec) + "\n" for rec in records))
         copied += 1
