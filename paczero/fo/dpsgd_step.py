@@ -111,7 +111,7 @@ def attach(cfg, ranks, setup, params: Sequence[tuple[str, torch.nn.Parameter]]) 
             batch = setup.task.make_batches(setup.dev_enc[:1], token_budget=cfg.token_budget)[0].to(setup.device)
             losses = setup.task.losses(model, batch)
             check_rows(batch, losses)
-            clipped_sum(fo, losses.float(), [torch.zeros(p.shape, dtype=torch.float64) for p in fo.params])
+            clipped_sum(fo, losses.float(), [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in fo.params])
     except ValueError as e:
         fo.close()
         raise ConfigError(str(e)) from None
