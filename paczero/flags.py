@@ -181,15 +181,17 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
 
         unset = {k: v for k, v in USER_DEFAULTS.items() if k not in values}
         values.update(unset)
-        if unset and not given.get("resume"):
-            import sys
-
-            print("paczero: dp-sgd defaults: " + ", ".join(f"{k} {v:g}" for k, v in unset.items())
-                  + " (flags set them)", file=sys.stderr)
+    else:
+        unset = {}
     if recipe:  # a recipe whose data file is not shipped (the CPU-scale table's) needs --data
         check_data_given(resolve_recipe(recipe), values, "--data PATH")
     cfg = TrainConfig.from_dict(values, source=recipe or config or "flags").validate()
     check_dp_sizes(cfg)
+    if unset and not given.get("resume"):  # said once the settings are known good (bad input stays one line)
+        import sys
+
+        print("paczero: dp-sgd defaults: " + ", ".join(f"{k} {v:g}" for k, v in unset.items())
+              + " (flags set them)", file=sys.stderr)
     if not set(SIZES) & set(values):
         cfg = sizes_as_given(cfg)
     return cfg
