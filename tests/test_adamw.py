@@ -120,6 +120,7 @@ def test_adamw_states_no_privacy_everywhere_a_guarantee_is_printed(tmp_path, cap
     assert "no privacy" in summary["privacy"]["note"]
     card = (out / "model" / "README.md").read_text()
     assert "adamw" in card and "-DP" not in card and "Privacy: none" in card
+    assert "first-order AdamW" in card and "zeroth-order" not in card and "candidate subsets" not in card
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert len(records) == 2 and all(r["train_loss"] is not None and r["rows"] == 4 for r in records)
 

@@ -198,7 +198,8 @@ def test_tiny_run_end_to_end_with_its_statement(tmp_path, capsys):
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     assert len(records) == 3
     assert all(r["train_loss"] is None and r["rows"] is None and r["seconds"] is None for r in records)
-    assert "dp-sgd" in (out / "model" / "README.md").read_text()
+    card = (out / "model" / "README.md").read_text()
+    assert "dp-sgd" in card and "DP-SGD (first-order" in card and "candidate subsets" not in card
     capsys.readouterr()
 
 

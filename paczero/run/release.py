@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from paczero.config import PAC_PRIVATE, ConfigError, TrainConfig
+from paczero.config import FIRST_ORDER, PAC_PRIVATE, ConfigError, TrainConfig
 from paczero.privacy.statement import guarantee_summary, plain_guarantee
 
 TASK_FILE = "task.json"
@@ -183,7 +183,8 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
     data_card = ModelCardData(
         base_model=base["hub_id"], **_license(base), datasets=[HUB_DATASETS[cfg["task"]][0]] if hub_data else None,
         pipeline_tag="text-generation", library_name="peft" if lora else "transformers", metrics=[metric],
-        tags=["paczero", *(["pac-privacy"] if cfg["mechanism"] in PAC_PRIVATE else []), "zeroth-order",
+        tags=["paczero", *(["pac-privacy"] if cfg["mechanism"] in PAC_PRIVATE else []),
+              "first-order" if cfg["mechanism"] in FIRST_ORDER else "zeroth-order",
               *(["lora"] if lora else [])],
         model_name=title if results else None, eval_results=results)
 
@@ -200,8 +201,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         f"- Trained: {track}, dtype {cfg['dtype']}.",
         f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
         f"examples (selection), {_tested(summary)}.",
-        f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
-        f"mu {'as its dtype sets it' if cfg['mu'] is None else format(cfg['mu'], 'g')}, public seed {cfg['seed']}.",
+        _training_line(cfg),
         *_prompt_lines(summary.get("prompt")),
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
         *license_line,
@@ -448,3 +448,17 @@ def push_finished_run(cfg, *, api=None, log=print) -> str:
                         f"{cfg.push_to_hub}") from e
     log(f"pushed to {url}")
     return url
+
+
+def _training_line(cfg: dict) -> str:
+    """The card's line on how the weights were trained: the zeroth-order step's subsets and mu, or the
+    first-order step's optimizer, batch and (DP-SGD) clip."""
+    if cfg["mechanism"] == "dp-sgd":
+        return (f"- Training: DP-SGD (first-order: per-example gradients clipped to {cfg['dp_clip']:g}, Gaussian noise, "
+                f"AdamW), {cfg['steps']} steps, Poisson sampling rate {cfg['sample_rate']:g}, lr {cfg['lr']:g}.")
+    if cfg["mechanism"] in FIRST_ORDER:
+        batch = "the whole universe" if cfg.get("batch_size") is None else f"{cfg['batch_size']} examples"
+        return (f"- Training: first-order AdamW (no clipping, no noise), {cfg['steps']} steps of {batch}, "
+                f"lr {cfg['lr']:g}, public seed {cfg['seed']}.")
+    return (f"- Training: zeroth-order, {cfg['steps']} steps, {cfg['num_subsets']} candidate subsets, lr {cfg['lr']:g}, "
+            f"mu {'as its dtype sets it' if cfg['mu'] is None else format(cfg['mu'], 'g')}, public seed {cfg['seed']}.")
