@@ -94,7 +94,7 @@ class TrainConfig:
     # evaluation and selection
     eval_every: int = 100                    # steps between dev evaluations
     dev_best: bool = True                    # release the dev-best weights (post-processing) instead of the last
-    select_metric: str | None = None         # what dev-best selects by: "loss" (lowest) | "accuracy" | "f1" (highest); None: the task's metric
+    select_metric: str | None = None         # what dev-best selects by: "loss" (lowest) | "accuracy" | "f1" (highest); None: the dev loss, F1 for squad
     eval_zero_shot: bool = True              # evaluate the base model on dev and test first
     rungs: list[int] | None = None           # T-ladder: steps at which one run saves and evaluates its weights
     ood_data: str | None = None              # a second labelled file (same columns), evaluated whole at the end (and zero-shot): the out-of-domain test (summary.json ood_test)

@@ -58,8 +58,11 @@ def test_recipe_validates(name):
 
 @pytest.mark.parametrize("name", [n for n in ALL if n.startswith("quickstart/")])
 def test_quickstart_recipes_validate(name):
+    """The quick start validates, and names its dev-best metric: the README's quick-start figures were selected by
+    dev accuracy. Red if the recipe leaves select_metric to the default (the dev loss)."""
     c = cfg(name).validate()
     assert c.model == "smollm2-135m-instruct" and c.task == "demo" and c.private_seed is None
+    assert c.select_metric == "accuracy"
 
 
 def test_headline_values_match_tab_headline_recipes():

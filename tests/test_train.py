@@ -574,12 +574,14 @@ def test_a_run_stopped_before_its_first_release_resumes_from_scratch(tmp_path):
     assert summary["privacy"]["steps"] == TINY["steps"] and len(_records(out)) == TINY["steps"]
 
 
-@pytest.mark.parametrize("select", ["loss", "accuracy"])
+@pytest.mark.parametrize("select", ["loss", "accuracy", None])
 def test_dev_best_keeps_the_step_the_select_metric_picks(tmp_path, select):
     """select_metric loss keeps the evaluation with the lowest dev loss, ties to the earliest; accuracy the highest
-    accuracy (ties: lower loss, then earliest). Recomputed here from evals.jsonl, independent of the loop's
-    bookkeeping; summary.json names the metric. Red if selection ignores select_metric (the task's accuracy
-    would pick another step in at least one of the scripted sequences below) or if a loss tie moves to the later."""
+    accuracy (ties: lower loss, then earliest); without select_metric a classification run selects by the dev
+    loss. Recomputed here from evals.jsonl, independent of the loop's bookkeeping; summary.json names the metric.
+    Red if selection ignores select_metric (the task's accuracy would pick another step in at least one of the
+    scripted sequences below), if the default goes back to the task's accuracy (step 6, not 4), or if a loss tie
+    moves to the later."""
     import paczero.train as tr
 
     # (loss, accuracy) per evaluation at steps 2, 4, 6, 8: lowest loss at step 4 (tied at 8), best accuracy at 6
@@ -594,13 +596,14 @@ def test_dev_best_keeps_the_step_the_select_metric_picks(tmp_path, select):
     finally:
         monkeypatch.undo()
     evals = [json.loads(line) for line in (out / "evals.jsonl").read_text().splitlines()]
-    if select == "loss":
+    chosen = select or "loss"
+    if chosen == "loss":
         expected = min(evals, key=lambda r: (r["dev"]["loss"], r["step"]))["step"]
     else:
         expected = min(evals, key=lambda r: (-r["dev"]["accuracy"], r["dev"]["loss"], r["step"]))["step"]
-    assert expected == {"loss": 4, "accuracy": 6}[select]
-    assert summary["selected_step"] == expected and summary["select_metric"] == select
-    assert json.loads((out / "summary.json").read_text())["select_metric"] == select
+    assert expected == {"loss": 4, "accuracy": 6}[chosen]
+    assert summary["selected_step"] == expected and summary["select_metric"] == chosen
+    assert json.loads((out / "summary.json").read_text())["select_metric"] == chosen
 
 
 def test_select_metric_must_fit_the_task():
