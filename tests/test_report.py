@@ -531,6 +531,7 @@ def test_public_paths_keep_two_files_of_one_name_apart_and_typed_paths_as_typed(
     assert shown("../data/imdb.jsonl") == "../data/imdb.jsonl" and shown("Review: {sentence}") == "Review: {sentence}"
     assert shown(str(Path.home() / "runs" / "x" / "seed0")) == "~/runs/x/seed0"
     assert shown.words("--out /data/a/imdb.jsonl --keep-runs") == "--out PATH/a/imdb.jsonl --keep-runs"
+    assert shown.words(f"--out '{tmp_path}/my runs'") == "--out 'my runs'"  # a quoted path with a space
 
 
 def test_the_privacy_utility_plot_puts_each_cell_at_its_mia_bound(tmp_path, monkeypatch):

@@ -100,8 +100,10 @@ class PublicPaths:
         return inside if inside is not None else self._tail(path)
 
     def words(self, text: str) -> str:
-        """A command line's words, each absolute path in its public form."""
-        return " ".join(self(w) for w in text.split(" "))
+        """A shell command line (``shlex``) with each absolute path among its words in its public form."""
+        import shlex
+
+        return shlex.join(self(w) for w in shlex.split(text))
 
     def config(self, cfg: dict) -> dict:
         """A copy of a run's config (or any JSON-like value) with every absolute path in its public form."""
