@@ -17,11 +17,12 @@ from paczero.config import TrainConfig, load_yaml
 REPO = Path(__file__).resolve().parents[1]
 ALL = list_recipes()
 NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/", "cpu-regime/",
-                                              "cpu-practitioner/"))]  # the paper's
+                                              "cpu-practitioner/", "cpu-sst2/", "gpu-sst2/"))]  # the paper's
 CPU = [n for n in ALL if n.startswith("cpu-scale/")]  # the CPU-scale table (its data file is not shipped)
 TUNED = [n for n in ALL if n.startswith("cpu-tuned/")]  # the tuned CPU table (data and ood files not shipped)
 REGIME = [n for n in ALL if n.startswith("cpu-regime/")]  # the tuned table at M = 128 (the same files)
 PRACTITIONER = [n for n in ALL if n.startswith("cpu-practitioner/")]  # from the strong prompt (the same files)
+SST2 = [n for n in ALL if n.startswith(("cpu-sst2/", "gpu-sst2/"))]  # SST-2 from the strong prompt (file not shipped)
 DEMO_FILE = REPO / "paczero" / "data" / "demo_sentiment.jsonl"  # a file with the "text" and "label" columns
 
 
@@ -188,7 +189,7 @@ def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
 
     seen = set()
     for name in list_recipes():
-        data = ["--data", str(DEMO_FILE)] if name in CPU + TUNED + REGIME + PRACTITIONER else []
+        data = ["--data", str(DEMO_FILE)] if name in CPU + TUNED + REGIME + PRACTITIONER + SST2 else []
         assert main(["train", "--recipe", name, "--print-config", *data]) == 0
         printed = capsys.readouterr().out
         path = tmp_path / "printed.yaml"
@@ -390,14 +391,15 @@ def test_every_recipe_holds_its_grid_row():
     away from its row, or a row's recipe is missing."""
     rows = list(csv.DictReader((REPO / "paczero" / "recipes" / "grid.csv").open()))
     named = {f"{r['table']}/{r['cell']}" for r in rows}
-    grid = yaml.safe_load((REPO / "scripts" / "recipe_templates" / "cpu-practitioner-grid.yaml").read_text())
-    for method, m in grid["methods"].items():  # the practitioner's table is a grid as data of its own
-        for lr in m["lrs"]:
-            mantissa, exponent = f"{lr:e}".split("e")
-            name = f"cpu-practitioner/{method}-lr{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
-            named.add(name)
-            block = yaml.safe_load(resolve_recipe(name).read_text())
-            assert {k: block[k] for k in m["config"]} == m["config"] and block["lr"] == lr, name
+    for table in ("cpu-practitioner", "cpu-sst2", "gpu-sst2"):  # the tuned tables are grids as data of their own
+        grid = yaml.safe_load((REPO / "scripts" / "recipe_templates" / f"{table}-grid.yaml").read_text())
+        for method, m in grid["methods"].items():
+            for lr in m["lrs"]:
+                mantissa, exponent = f"{lr:e}".split("e")
+                name = f"{table}/{method}-lr{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+                named.add(name)
+                block = yaml.safe_load(resolve_recipe(name).read_text())
+                assert {k: block[k] for k in m["config"]} == m["config"] and block["lr"] == lr, name
     assert named == {n for n in ALL if not n.startswith("quickstart/")}
     meta = {"table", "cell", "base", "seeds", "forwards", "method", "source", "title", "paper"}
     for r in rows:
@@ -444,3 +446,31 @@ def test_the_practitioner_table_starts_every_method_from_the_strong_prompt():
     sgd = by_method["lora-dpsgd-eps2"][0]  # a forward and a backward (two forwards' work) per sampled example
     assert sgd.steps * sgd.sample_rate * sgd.n_train * 3 == pytest.approx(pac.steps * 2 * pac.n_train, rel=0.1)
     assert (sgd.epsilon, sgd.delta) == (dp.epsilon, dp.delta)
+
+
+@pytest.mark.parametrize("table, n, steps", [("cpu-sst2", 128, 100), ("gpu-sst2", 1000, 1000)])
+def test_the_sst2_tables_run_every_method_from_the_strong_prompt_on_the_papers_test_split(table, n, steps):
+    """cpu-sst2 and gpu-sst2: PAC-ZPL (both coin rules), PAC-MI 1e-3, MeZO, DPZero at epsilon 2, DP-SGD at epsilon
+    0.5, 1 and 2 and the non-private AdamW ceiling, each method's cells differing in lr only, every cell from the
+    strong prompt, test = all 872 validation sentences, dev loss selecting, M = 128, a dev evaluation each tenth
+    of the run (the budget curve). Red if a method or an epsilon is missing, a cell starts from the paper's
+    prompt, the test split is sampled, or the ceiling clips or noises."""
+    by_method: dict[str, list] = {}
+    for name in [x for x in SST2 if x.startswith(table + "/")]:
+        method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
+        by_method.setdefault(method, []).append(cpu_cfg(name).validate())
+    assert set(by_method) == {"lora-zpl-skip", "lora-zpl", "lora-mi0.001-pm", "lora-mezo", "lora-dpzero-eps2",
+                              "lora-dpsgd-eps2", "lora-dpsgd-eps1", "lora-dpsgd-eps0.5", "lora-adamw"}
+    for method, cfgs in by_method.items():
+        rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
+        assert len(rest) == 1, method
+        c = cfgs[0]
+        assert c.template == "Review: {sentence}\nSentiment:" and c.verbalizer == {0: " negative", 1: " positive"}
+        assert (c.n_train, c.n_test, c.select_metric) == (n, 872, "loss")
+        assert c.steps // c.eval_every == 10 and c.eval_zero_shot and c.dev_best, method
+        if c.mechanism in ("pac-zpl", "pac-mi"):
+            assert c.num_subsets == 128 and c.steps == steps
+    assert {c.epsilon for m in ("lora-dpsgd-eps2", "lora-dpsgd-eps1", "lora-dpsgd-eps0.5")
+            for c in by_method[m]} == {0.5, 1.0, 2.0}
+    ceiling = by_method["lora-adamw"][0]
+    assert ceiling.mechanism == "adamw" and ceiling.epsilon is None and ceiling.batch_size == 16
