@@ -862,7 +862,8 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
            "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.5}
     none = {"mechanism": "adamw", "private": False, "mi_bound": None, "mia_bound": None, "steps": 100}
     # cell: (privacy, dev acc, dev loss, test acc, test loss); zero-shot test 0.80 / 0.46 for every run
-    cells = {"lora-zpl-skip-lr5e-3": (zpl, 0.88, 0.30, 0.83, 0.44), "lora-zpl-skip-lr2e-2": (zpl, 0.90, 0.35, 0.84, 0.43),
+    cells = {"lora-zpl-skip-m16-lr5e-3": (zpl, 0.88, 0.30, 0.83, 0.44),
+             "lora-zpl-skip-m16-lr2e-2": (zpl, 0.90, 0.35, 0.84, 0.43),
              "lora-adamw-lr1e-3": (none, 0.92, 0.25, 0.86, 0.38)}
     for cell, (privacy, dev_acc, dev_loss, test, loss) in cells.items():
         name = f"cpu-sst2/{cell}"
@@ -885,7 +886,41 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
     assert cols[8] == "50 %" and cols[9] == "25 %"  # (83-80)/(86-80); (0.44-0.46)/(0.38-0.46)
     assert "lowest dev loss" in section
     assert (out / "plots" / "budget_cpu-sst2.png").exists()
-    run = Run("cpu-sst2/lora-zpl-skip-lr5e-3", "cpu-sst2", root / "cpu-sst2" / "lora-zpl-skip-lr5e-3" / "seed0",
-              json.loads((root / "cpu-sst2" / "lora-zpl-skip-lr5e-3" / "seed0" / "summary.json").read_text()))
+    run_dir = root / "cpu-sst2" / "lora-zpl-skip-m16-lr5e-3" / "seed0"
+    run = Run("cpu-sst2/lora-zpl-skip-m16-lr5e-3", "cpu-sst2", run_dir, json.loads((run_dir / "summary.json").read_text()))
     pts = budget_curves(group_cells([run], [])[0])
     assert pts[0] == (0.0, 0.40) and pts[1] == (10 * 2 * 128, pytest.approx(0.39))
+
+
+def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):
+    """A DP-SGD cell whose run holds canary_audit.json (`paczero audit RUN --canaries M`) shows the audit's ε lower
+    bound, canaries and right guesses in the gain table's "Empirical ε (one-run audit)" column; a cell without one
+    shows "—". Red if the column reads another run's file, or is dropped when an audit is present."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    dpsgd = {"mechanism": "dp-sgd", "private": True, "epsilon_target": 2.0, "delta": 1e-5, "epsilon_rdp": 2.0,
+             "epsilon_pld": 1.8, "noise_multiplier": 1.0, "sample_rate": 0.5, "steps": 100, "mia_bound": 0.88}
+    dpsgd1 = {**dpsgd, "epsilon_target": 1.0, "epsilon_rdp": 1.0, "epsilon_pld": 0.9}
+    for cell, privacy in (("lora-dpsgd-eps2-lr1e-3", dpsgd), ("lora-dpsgd-eps1-lr1e-3", dpsgd1)):
+        name = f"cpu-sst2/{cell}"
+        run = write_run(root, name, 0, test=0.82, dev=0.85, privacy=privacy,
+                        **{**load_yaml(recipes_root() / f"{name}.yaml"), "data": str(tmp_path / "s.jsonl"),
+                           "data_seed": 0})
+        summary = json.loads((run / "summary.json").read_text())
+        summary["zero_shot"] = {"test": {"accuracy": 0.80, "loss": 0.46}, "dev": {"accuracy": 0.85, "loss": 0.40}}
+        (run / "summary.json").write_text(json.dumps(summary))
+        if cell.startswith("lora-dpsgd-eps2"):
+            (run / "canary_audit.json").write_text(json.dumps(
+                {"canaries": 64, "guesses": 32, "correct": 17, "epsilon_lower_bound": 0.0, "delta": 1e-5}))
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    section = md[md.index("## cpu-sst2"):]
+    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    at = cols.index("Empirical ε (one-run audit)")
+    gain = section[section.index(header):].split("\n\n")[0]  # the gain table, where the column is
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")]
+            for r in gain.splitlines() if r.startswith("| DP-SGD")}
+    assert rows["DP-SGD ε=2"][at] == "≥ 0.00 (64 canaries, 17/32 right)"
+    assert rows["DP-SGD ε=1"][at] == "—"

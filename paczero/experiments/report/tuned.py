@@ -115,6 +115,22 @@ def _zero_label(settings: dict, groups: list) -> str:
     return "zero-shot" if len(dtypes) < 2 else f"zero-shot ({settings.get('dtype')})"
 
 
+def empirical_epsilon(cell: Cell) -> str:
+    """The one-run canary audit's ε lower bound (95 %) of a cell's runs that hold one (``paczero audit RUN
+    --canaries M`` writes RUN/canary_audit.json), against its stated ε; "—" where no run was audited."""
+    from paczero.audit.canaries import RESULT_FILE
+
+    found = []
+    for r in cell.runs:
+        path = r.run_dir / RESULT_FILE
+        if path.exists():
+            found.append(json.loads(path.read_text()))
+    if not found:
+        return "—"
+    return "; ".join(f"≥ {f['epsilon_lower_bound']:.2f} ({f['canaries']} canaries, {f['correct']}/{f['guesses']} "
+                     "right)" for f in found)
+
+
 def ceiling_fraction(gain: tuple, ceiling: tuple) -> str:
     """A method's mean gain as a percentage of the ceiling's mean gain ("—" where either is missing or the
     ceiling gained nothing)."""
@@ -130,9 +146,10 @@ def gain_table(cells: list[Cell]) -> str:
     chosen = sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0]))
     top = next((gains(c) for _, (c, _s, _g) in chosen if c.cfg["mechanism"] == CEILING), None)
     kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if top is not None else []
+    audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
     rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "0",
-             "0", "0", *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)", "—"]
-            for settings, st in zero]
+             "0", "0", *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)",
+             *(["—"] if audited else []), "—"] for settings, st in zero]
     for method, (c, _seed, _grid) in chosen:
         text, _mia = guarantee(c)
         g, o = gains(c), gains(c, "ood_test")
@@ -141,16 +158,21 @@ def gain_table(cells: list[Cell]) -> str:
         rows.append([label(c.cfg), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
                      fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), *share, text,
-                     fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
+                     *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
     note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
             "prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss gains below 0 are "
             "improvements. A gain within two standard deviations of 0 is not resolved.")
     if kept:
         note += (" Ceiling kept: the method's mean gain as a share of the mean gain of the non-private first-order "
                  "ceiling (AdamW on the same trainable parameters, no clipping, no noise).")
+    if audited:
+        note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (`paczero audit RUN "
+                 "--canaries M`, docs/audit.md) of the cell's audited runs; a lower bound never proves privacy, and "
+                 "one above the stated ε would show the run does not keep its guarantee.")
     return "\n\n".join([note, markdown_table(
         ["Method", "lr (chosen on dev)", "Test acc %", "Test loss", "Gain acc (pts)", "Gain loss",
-         "Gain acc, out-of-domain", "Gain loss, out-of-domain", *kept, "Guarantee", "Loss-attack AUC"], rows)])
+         "Gain acc, out-of-domain", "Gain loss, out-of-domain", *kept, "Guarantee",
+         *(["Empirical ε (one-run audit)"] if audited else []), "Loss-attack AUC"], rows)])
 
 
 def forwards_per_step(cfg: dict) -> float:
