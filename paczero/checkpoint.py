@@ -55,7 +55,8 @@ PRIVATE_DIR = "private"
 #: where a DP run writes until it ends (paczero.run.publish): inside ``private/``, so no one else sees it grow
 STAGE_DIR = f"{PRIVATE_DIR}/stage"
 RUN_FILES = ("run.json", "log.jsonl", PRIVATE_DIR, "journal.jsonl", "evals.jsonl", "checkpoints", "best", "selected.safetensors",
-             "model", "summary.json", "rungs", "rungs.jsonl", "curves.png", "tensorboard", "wandb")
+             "model", "summary.json", "rungs", "rungs.jsonl", "curves.png", "tensorboard", "wandb",
+             "lr-candidates", "lr_choice.json")  # the last two: a learning-rate choice's (paczero/run/lr_choice.py)
 _log = logging.getLogger(__name__)
 
 

@@ -248,10 +248,11 @@ def _cmd_train(ns) -> int:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0
     from paczero.run.release import PushError, check_push_possible, push_finished_run
+    from paczero.run.lr_choice import train_or_choose
     from paczero.train import train
 
     check_push_possible(cfg)
-    summary = train(cfg)
+    summary = train_or_choose(cfg, getattr(ns, "lr", None), train)  # --lr a,b,c or auto: a choice on dev
     if "stopped_at" in summary:
         return 130
     if cfg.push_to_hub is not None and os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 pushes

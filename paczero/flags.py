@@ -84,6 +84,28 @@ def parse_template(text: str) -> str:
     return re.sub(r"\\([nt\\])", lambda m: _ESCAPES[m.group(1)], text)
 
 
+def parse_lr(text: str) -> float | tuple[float, ...] | str:
+    """``--lr``: one learning rate, or several (``1e-3,5e-3,2e-2``) or ``auto`` (a small grid of the mechanism's
+    family): a choice among candidate runs on dev (:mod:`paczero.run.lr_choice`)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    if "," not in text:
+        return float(text)  # a bad number: argparse's one line; lr <= 0: TrainConfig's
+    values = items_of(float)(text)
+    bad = [v for v in values if not (v > 0 and v < float("inf"))]
+    if bad:
+        raise argparse.ArgumentTypeError(f"every learning rate must be > 0 and finite, got {bad[0]:g}")
+    if len(set(values)) < 2:
+        raise argparse.ArgumentTypeError(f"{text!r} names one learning rate: give two or more different values to "
+                                         "choose among (or one value for a plain run)")
+    return tuple(values)
+
+
+LR_HELP = ("; several (1e-3,5e-3,2e-2) or auto (a small grid of the mechanism's family): each a full run in "
+           "OUT_DIR/lr-candidates/, the lowest dev loss released in OUT_DIR, the privacy budget split over them "
+           "(docs/tasks.md)")
+
+
 #: choices named in the flags' help (checked by TrainConfig.validate, which names them again on bad input)
 _CHOICES = {"mechanism": MECHANISMS, "lr_schedule": LR_SCHEDULES, "coin_step": ("move", "skip"),
             "noised_coef": ("bit", "posterior-mean")}
@@ -139,6 +161,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             text = (text + "; " if text else "") + "one of " + ", ".join(_CHOICES[f.name])
         if f.name in ("template", "template_candidates"):
             text += TEMPLATE_HELP
+        if f.name == "lr":
+            text += LR_HELP
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS,
                               "help": (text + " " if text else "") + f"(default: {default})".replace("%", "%%")}
         if base is bool:
@@ -153,6 +177,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
             kw.update(nargs="+", type=items_of(typing.get_args(base)[0]), action=Flatten)
         elif f.name == "template":
             kw["type"] = parse_template
+        elif f.name == "lr":
+            kw["type"] = parse_lr
         elif base in (int, float, str):
             kw["type"] = _none_or(base) if optional else base
         topic = topics.get(f.name, "settings")
@@ -169,6 +195,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
         raise ConfigError("give --recipe or --config, not both")
     fields = set(TrainConfig.field_names())
     given = {k: v for k, v in vars(ns).items() if k in fields}
+    if not isinstance(given.get("lr", 0.0), float):  # several values or auto: the hook of run/lr_choice.py
+        given.pop("lr")
     if given.get("resume"):  # the run's own settings first: `--out-dir RUN --resume` needs no other flag
         values.update(recorded_settings(given.get("out_dir", TrainConfig.out_dir)))
     if recipe:

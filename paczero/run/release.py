@@ -204,6 +204,7 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         _training_line(cfg),
         *_prompt_lines(summary.get("prompt")),
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
+        *([f"- Learning rate: {summary['lr_choice']['line']}"] if summary.get("lr_choice") else []),
         *license_line,
         "",
         f"| | dev {metric} | test {metric} |",
