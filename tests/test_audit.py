@@ -33,11 +33,13 @@ CONTROL = dict(model="tiny-llama", task="demo", track="lora", n_train=8, n_dev=4
 
 
 def write_universe(path, rows: int = 80, seed: int = 0) -> str:
-    """Sentences of 8 random words, all of label 1 (the negative control's data)."""
+    """Sentences of 8 random words (the negative control's data), label 1 but for every tenth (a file of one class
+    is refused as training data)."""
     r = random.Random(seed)
     with open(path, "w") as f:
-        for _ in range(rows):
-            f.write(json.dumps({"sentence": " ".join(r.choice(WORDS) for _ in range(8)), "label": 1}) + "\n")
+        for i in range(rows):
+            f.write(json.dumps({"sentence": " ".join(r.choice(WORDS) for _ in range(8)),
+                                "label": 0 if i % 10 == 0 else 1}) + "\n")
     return str(path)
 
 
