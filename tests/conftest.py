@@ -24,3 +24,15 @@ def _cpu_without_native_bf16():
     patch.setenv(CPU_FLAGS_ENV, "")
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_busy_line():
+    """The one-time "machine busy" line depends on the load of the machine the suite runs on: off in every test
+    and the processes it starts (``PACZERO_BUSY_LINE=0``); tests/test_busy.py turns it on where it tests it."""
+    from paczero.machine.busy import BUSY_LINE_ENV
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv(BUSY_LINE_ENV, "0")
+    yield
+    patch.undo()

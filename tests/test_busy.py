@@ -17,6 +17,7 @@ from paczero.machine.thread_share import ThreadShare
 def two_cores(monkeypatch):
     """A 2-core machine whose load average the test sets (``load[0]``)."""
     load = [0.5]
+    monkeypatch.setenv(busy.BUSY_LINE_ENV, "1")  # the suite turns the line off elsewhere (tests/conftest.py)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(busy, "load_average", lambda: load[0])
@@ -87,3 +88,11 @@ def test_a_training_on_a_busy_machine_says_so_once_and_logs_its_measured_step_ti
                for name in ("busy", "quiet")}
     assert [sorted(r) for r in records["busy"]] == [sorted(r) for r in records["quiet"]]
     assert len(records["busy"]) == 3 and all(0 < r["seconds"] < 60 for r in records["busy"])
+
+
+def test_the_line_is_off_where_the_environment_says_so(two_cores, monkeypatch):
+    """PACZERO_BUSY_LINE=0 silences the line however busy the machine (the test suite's setting, so that no
+    expected output depends on the load). Red if the variable is not read."""
+    monkeypatch.setenv(busy.BUSY_LINE_ENV, "0")
+    two_cores[0] = 9.0
+    assert busy.BusyWatch(2).check(threads=2) is None

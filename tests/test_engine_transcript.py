@@ -59,7 +59,8 @@ from paczero.train import lr_at, make_mechanism, train
 DATA = Path(__file__).parent / "data" / "engine_transcripts.json"
 BASE = dict(model="tiny-llama", task="demo", n_train=16, n_dev=8, n_test=8, steps=6, num_subsets=8,
             eval_every=3, checkpoint_every=3, private_seed=5, seed=2, progress=False, eval_zero_shot=False,
-            device="cpu", dtype="fp32", mu=1e-2, lr=1e-2, threads=2)  # 2 threads (DP sums by float)
+            device="cpu", dtype="fp32", mu=1e-2, lr=1e-2, threads=2,  # 2 threads (DP sums by float)
+            select_metric="accuracy")  # the dev-best rule the stored transcripts were recorded with
 RUNS = {
     "ft-pac-mi-k2": dict(track="ft", mechanism="pac-mi", mi_budget=0.5, num_directions=2),
     "lora-pac-zpl-opt": dict(model="tiny-opt", track="lora", mechanism="pac-zpl"),
