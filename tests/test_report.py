@@ -879,7 +879,7 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
     out = write_report(root, tmp_path / "report", trajectories="none")
     md = (out / "report.md").read_text()
     section = md[md.index("## cpu-sst2"):]
-    row = next(line for line in section.splitlines() if line.startswith("| PAC-ZPL (coin steps skipped) |")
+    row = next(line for line in section.splitlines() if line.startswith("| PAC-ZPL (coin steps skipped, M = 16) |")
                and "Gain" not in line)
     cols = [c.strip() for c in row.strip("|").split("|")]
     assert cols[1] == "0.005"  # the lower dev loss, not the higher dev accuracy (2e-2)
@@ -890,6 +890,10 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
     run = Run("cpu-sst2/lora-zpl-skip-m16-lr5e-3", "cpu-sst2", run_dir, json.loads((run_dir / "summary.json").read_text()))
     pts = budget_curves(group_cells([run], [])[0])
     assert pts[0] == (0.0, 0.40) and pts[1] == (10 * 2 * 128, pytest.approx(0.39))
+    from paczero.experiments.report.tuned import ceiling_fraction
+
+    assert ceiling_fraction((-0.02, None, 1), (0.04, None, 1), lower_is_better=True) == "—"  # the ceiling's loss rose
+    assert ceiling_fraction((1.0, None, 1), (-2.0, None, 1)) == "—"  # its accuracy fell
 
 
 def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):

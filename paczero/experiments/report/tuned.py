@@ -17,7 +17,7 @@ import re
 import statistics
 from collections import defaultdict
 
-from paczero.config import DP_MECHANISMS
+from paczero.config import DP_MECHANISMS, PAC_MECHANISMS
 from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
 from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
@@ -28,9 +28,12 @@ BY_DEV_LOSS = ("cpu-sst2", "gpu-sst2")  # the learning rate chosen by dev loss (
 CEILING = "adamw"  # the non-private first-order reference: the gain the private methods are read against
 
 
-def label(cfg: dict) -> str:
-    """The method's name with the update rules that differ from the paper's."""
+def label(cfg: dict, table: str | None = None) -> str:
+    """The method's name with the update rules that differ from the paper's (and, in the SST-2 tables, whose PAC
+    cells run at more than one M, its number of candidate subsets)."""
     rules = update_rules(cfg)
+    if table in BY_DEV_LOSS and cfg.get("mechanism") in PAC_MECHANISMS and cfg.get("num_subsets"):
+        rules = [*rules, f"M = {cfg['num_subsets']}"]
     return method_label(cfg) + (f" ({', '.join(rules)})" if rules else "")
 
 
@@ -131,11 +134,12 @@ def empirical_epsilon(cell: Cell) -> str:
                      "right)" for f in found)
 
 
-def ceiling_fraction(gain: tuple, ceiling: tuple) -> str:
+def ceiling_fraction(gain: tuple, ceiling: tuple, lower_is_better: bool = False) -> str:
     """A method's mean gain as a percentage of the ceiling's mean gain ("—" where either is missing or the
-    ceiling gained nothing)."""
-    if gain[0] is None or ceiling[0] is None or ceiling[0] == 0:
-        return "—"
+    ceiling gained nothing: no improvement, a loss that rose or an accuracy that fell)."""
+    if gain[0] is None or ceiling[0] is None or ceiling[0] == 0 or (lower_is_better and ceiling[0] > 0) \
+            or (not lower_is_better and ceiling[0] < 0):
+        return "—"  # the ceiling bought nothing on this figure: no share to keep
     return f"{100.0 * gain[0] / ceiling[0]:.0f} %"
 
 
@@ -153,9 +157,9 @@ def gain_table(cells: list[Cell]) -> str:
     for method, (c, _seed, _grid) in chosen:
         text, _mia = guarantee(c)
         g, o = gains(c), gains(c, "ood_test")
-        share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"])] \
+        share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"], True)] \
             if kept else []
-        rows.append([label(c.cfg), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
+        rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
                      fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), *share, text,
                      *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
@@ -229,7 +233,7 @@ def plot_budget(cells: list[Cell], path):
     for i, (c, pts) in enumerate(chosen):
         xs, ys = zip(*pts)
         ax.plot([max(x, 1.0) for x in xs], ys, marker="o", ms=3, color=f"C{i % 10}",
-                label=f"{label(c.cfg)}, lr {c.cfg['lr']:g} (n={len(c.runs)})")
+                label=f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g} (n={len(c.runs)})")
     ax.set_xscale("log")
     ax.set_xlabel("example forwards spent (a forward and a backward count as three)")
     ax.set_ylabel("dev loss (mean over the cell's runs)")
@@ -257,7 +261,7 @@ def _tuned_table(cells: list[Cell]) -> str:
              "none needed (reads no training data)", "0.5", "—"] for settings, st in zero]
     for method, (c, _seed, _grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
         text, mia = guarantee(c)
-        rows.append([label(c.cfg), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")),
+        rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")),
                      fmt_ms(*_extra(c, "ood_test", "accuracy")), fmt_ms(*c.stat("unanimity"), digits=1), text,
                      "—" if mia is None else f"{mia:.3f}", fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
     main = markdown_table(["Method", "lr (chosen on dev)", "Test acc % (in-domain)", "Test acc % (out-of-domain)",
@@ -265,7 +269,7 @@ def _tuned_table(cells: list[Cell]) -> str:
     grid_rows = []
     for method, (c, seed, grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
         for g, d in grid:
-            grid_rows.append([label(g.cfg), f"{g.cfg['lr']:g}",
+            grid_rows.append([label(g.cfg, g.table), f"{g.cfg['lr']:g}",
                               "—" if d is None else f"{d[0]:.1f}", "—" if d is None else f"{d[1]:.4f}",
                               "**chosen**" if g is c else "", str(seed)])
     grid = markdown_table(["Method", "lr", "Dev acc %", "Dev loss", "", "Seed"], grid_rows)
@@ -347,7 +351,7 @@ def plot_tuned(cells: list[Cell], path):
         if test[0] is None:
             continue
         color, marker = f"C{i % 10}", markers[family]
-        name = f"{label(c.cfg)}, lr {c.cfg['lr']:g}; {text if family != 'non-private' else 'no guarantee'}"
+        name = f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g}; {text if family != 'non-private' else 'no guarantee'}"
         for ax, x in ((left, 1.0 if mia is None else mia), (right, auc[0])):
             if x is None:
                 continue
