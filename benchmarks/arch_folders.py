@@ -31,12 +31,12 @@ def write(out: Path, names: tuple[str, ...] = (*OPT, SMOLLM2_ARCH)) -> list[Path
     """Write one folder per architecture in ``names`` under ``out``; refuse to touch a non-empty one."""
     from transformers import AutoConfig, OPTConfig
 
-    from paczero.models import SMOLLM2, _smollm2_cached, load_tokenizer
+    from paczero.models import SMOLLM2, _smollm2_cached, cache_dir, load_tokenizer
 
     taken = [out / n for n in names if (out / n).exists() and any((out / n).iterdir())]
     if taken:  # never overwrite what a user wrote
         raise SystemExit(f"error: {taken[0]} exists and is not empty; pick another output folder")
-    tokenizer = load_tokenizer(SMOLLM2)
+    tokenizer = load_tokenizer("tiny-llama")  # SmolLM2's tokenizer: from its cached copy alone, no weights needed
     made = []
     for name, (width, layers, heads) in OPT.items():
         if name not in names:
@@ -50,7 +50,9 @@ def write(out: Path, names: tuple[str, ...] = (*OPT, SMOLLM2_ARCH)) -> list[Path
         made.append(folder)
     if SMOLLM2_ARCH in names:  # SmolLM2-135M's own config (converts the offline default once, if not cached)
         folder = out / SMOLLM2_ARCH
-        AutoConfig.from_pretrained(_smollm2_cached("model")).save_pretrained(folder)
+        cached = cache_dir() / SMOLLM2  # its config alone where the converted copy holds one; else convert
+        AutoConfig.from_pretrained(cached if (cached / "config.json").exists() else _smollm2_cached("model")
+                                   ).save_pretrained(folder)
         made.append(folder)
     for folder in made:
         tokenizer.save_pretrained(folder)
