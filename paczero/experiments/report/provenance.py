@@ -15,7 +15,7 @@ from paczero.run.curves import read_records
 from paczero.experiments.report.cells import EXECUTION_KEYS, Run
 
 #: a run's files that the report reads (the weights, checkpoints and journal stay behind)
-SMALL_FILES = ("summary.json", "log.jsonl", "evals.jsonl", "rungs.jsonl")
+SMALL_FILES = ("summary.json", "log.jsonl", "evals.jsonl", "rungs.jsonl", "canary_audit.json")
 
 
 def sweep_records(root: Path, exclude: Path | None = None) -> list[dict]:
