@@ -928,3 +928,53 @@ def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):
             for r in gain.splitlines() if r.startswith("| DP-SGD")}
     assert rows["DP-SGD ε=2"][at] == "≥ 0.00 (64 canaries, 17/32 right)"
     assert rows["DP-SGD ε=1"][at] == "—"
+
+
+def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp_path):
+    """The budget curve's end is classified from the points alone: a curve whose last third reaches below every
+    earlier point by more than the tolerance is "still falling", one that ends above its lowest point by more than
+    it is "rising", a level one (within the tolerance, also when noisy) is "flat". The gain table carries the
+    classification of each chosen cell's mean curve. Red with the thirds swapped, without the tolerance (a 0.001
+    wiggle would read as falling), or with the column read from another cell's curve."""
+    from paczero.config import load_yaml
+    from paczero.experiments.report.tuned import curve_end, forwards_per_second
+    from paczero.recipes import recipes_root
+
+    x = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90]
+    falling = list(zip(x, [0.42, 0.41, 0.40, 0.40, 0.39, 0.39, 0.385, 0.38, 0.37, 0.36]))
+    assert curve_end(falling).startswith("still falling (-0.025")  # 0.36 against 0.385 (x = 60, the first two thirds)
+    rising = list(zip(x, [0.42, 0.37, 0.34, 0.32, 0.33, 0.36, 0.40, 0.46, 0.50, 0.62]))
+    assert curve_end(rising).startswith("rising (lowest at 30 forwards, +0.300")
+    level = list(zip(x, [0.42, 0.40, 0.39, 0.388, 0.389, 0.388, 0.387, 0.389, 0.388, 0.389]))
+    assert curve_end(level) == "flat"  # 0.387 lies 0.001 below 0.388: within the tolerance
+    assert curve_end(level[:3]) == "—"
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.5}
+    none = {"mechanism": "adamw", "private": False, "mi_bound": None, "mia_bound": None, "steps": 100}
+    curves = {"lora-zpl-skip-m16-lr5e-3": (zpl, [0.41, 0.40, 0.40, 0.39, 0.39, 0.38, 0.38, 0.37, 0.36, 0.35], 1300.0),
+              "lora-adamw-lr1e-3": (none, [0.37, 0.34, 0.32, 0.34, 0.35, 0.40, 0.46, 0.51, 0.62, 0.67], 575.0)}
+    for cell, (privacy, dev, secs) in curves.items():
+        name = f"cpu-sst2/{cell}"
+        run = write_run(root, name, 0, test=0.82, dev=0.85, privacy=privacy,
+                        **{**load_yaml(recipes_root() / f"{name}.yaml"), "data": str(tmp_path / "s.jsonl"),
+                           "data_seed": 0})
+        summary = json.loads((run / "summary.json").read_text())
+        summary["zero_shot"] = {"test": {"accuracy": 0.80, "loss": 0.46}, "dev": {"accuracy": 0.85, "loss": 0.42}}
+        summary["dev"]["loss"], summary["train_seconds"] = min(dev), secs
+        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "evals.jsonl").write_text("".join(json.dumps({"step": 10 * (i + 1), "dev": {"loss": v}}) + "\n"
+                                                 for i, v in enumerate(dev)))
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    section = md[md.index("## cpu-sst2"):]
+    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
+    at = [c.strip() for c in header.strip("|").split("|")].index("Dev loss at the final budget")
+    gain = section[section.index(header):].split("\n\n")[0]
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")][at] for r in gain.splitlines()[2:]}
+    assert rows["PAC-ZPL (coin steps skipped, M = 16)"].startswith("still falling (-0.030")  # 0.35 (step 100) against 0.38 (step 60)
+    assert rows["AdamW (non-private, first-order)"].startswith("rising (lowest at 1.44e+03 forwards, +0.350")
+    # 100 steps x 256 forwards in 1300 s, 100 x 48 in 575 s: the median of 19.7 and 8.3
+    from paczero.experiments.report.cells import find_runs, group_cells
+    rate = forwards_per_second(group_cells(find_runs(root), []))
+    assert rate == pytest.approx((25600 / 1300 + 4800 / 575) / 2)

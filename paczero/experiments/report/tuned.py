@@ -150,10 +150,11 @@ def gain_table(cells: list[Cell]) -> str:
     chosen = sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0]))
     top = next((gains(c) for _, (c, _s, _g) in chosen if c.cfg["mechanism"] == CEILING), None)
     kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if top is not None else []
+    ends = cells[0].table in BY_DEV_LOSS
     audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
     rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "0",
              "0", "0", *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)",
-             *(["—"] if audited else []), "—"] for settings, st in zero]
+             *(["—"] if audited else []), "—", *(["—"] if ends else [])] for settings, st in zero]
     for method, (c, _seed, _grid) in chosen:
         text, _mia = guarantee(c)
         g, o = gains(c), gains(c, "ood_test")
@@ -162,13 +163,19 @@ def gain_table(cells: list[Cell]) -> str:
         rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
                      fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), *share, text,
-                     *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
+                     *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3),
+                     *([curve_end(budget_curves(c))] if ends else [])])
     note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
             "prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss gains below 0 are "
             "improvements. A gain within two standard deviations of 0 is not resolved.")
     if kept:
         note += (" Ceiling kept: the method's mean gain as a share of the mean gain of the non-private first-order "
                  "ceiling (AdamW on the same trainable parameters, no clipping, no noise).")
+    if ends:
+        note += (f" Dev loss at the final budget: the chosen cell's mean dev curve (the budget plot) is \"still "
+                 f"falling\" where the lowest point of its last third lies more than {FLAT_TOL} below every earlier "
+                 "one (a longer run would likely gain more), \"rising\" where its final point lies more than that "
+                 "above its lowest (it overfits; the dev-best step is released), else \"flat\".")
     if audited:
         note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (`paczero audit RUN "
                  "--canaries M`, docs/audit.md) of the cell's audited runs; a lower bound never proves privacy, and "
@@ -176,7 +183,8 @@ def gain_table(cells: list[Cell]) -> str:
     return "\n\n".join([note, markdown_table(
         ["Method", "lr (chosen on dev)", "Test acc %", "Test loss", "Gain acc (pts)", "Gain loss",
          "Gain acc, out-of-domain", "Gain loss, out-of-domain", *kept, "Guarantee",
-         *(["Empirical ε (one-run audit)"] if audited else []), "Loss-attack AUC"], rows)])
+         *(["Empirical ε (one-run audit)"] if audited else []), "Loss-attack AUC",
+         *(["Dev loss at the final budget"] if ends else [])], rows)])
 
 
 def forwards_per_step(cfg: dict) -> float:
@@ -219,6 +227,41 @@ def budget_curves(cell: Cell) -> list[tuple[float, float]]:
     return [(step * fw, statistics.fmean(v)) for step, v in sorted(per_step.items()) if len(v) == n]
 
 
+FLAT_TOL = 0.003  # nats of mean dev loss: less than this apart, two points of a budget curve count as level
+
+
+def curve_end(points: list[tuple[float, float]], tol: float = FLAT_TOL) -> str:
+    """Where a budget curve stands at its final budget: "still falling" where the lowest dev loss of its last
+    third (by budget) lies more than ``tol`` below every earlier point (a longer run would likely buy more);
+    "rising" where its final point lies more than ``tol`` above its lowest (the run overfits: the dev-best step is
+    the one released); otherwise "flat". "—" for fewer than four points."""
+    if len(points) < 4:
+        return "—"
+    end = points[-1][0]
+    late = [loss for x, loss in points if x > 2.0 * end / 3.0]
+    early = [loss for x, loss in points if x <= 2.0 * end / 3.0]
+    if not late or not early:
+        return "—"
+    if min(late) < min(early) - tol:
+        return f"still falling ({min(late) - min(early):+.3f} in the last third)"
+    best = min(points, key=lambda p: p[1])
+    if points[-1][1] > best[1] + tol:
+        return f"rising (lowest at {best[0]:.3g} forwards, {points[-1][1] - best[1]:+.3f} since)"
+    return "flat"
+
+
+def forwards_per_second(cells: list[Cell]) -> float | None:
+    """The table's measured speed in example forwards per second: the median over its runs that publish their
+    time (a DP run's time is private and unpublished) of forwards spent over train seconds."""
+    rates = []
+    for c in cells:
+        for r in c.runs:
+            secs = r.summary.get("train_seconds")
+            if secs:
+                rates.append(forwards_per_step(c.cfg) * float(c.cfg["steps"]) / float(secs))
+    return statistics.median(rates) if rates else None
+
+
 def plot_budget(cells: list[Cell], path):
     """Each chosen cell's dev loss against the example forwards it spent (log scale): where a curve flattens,
     training longer buys nothing more on dev."""
@@ -236,9 +279,15 @@ def plot_budget(cells: list[Cell], path):
                 label=f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g} (n={len(c.runs)})")
     ax.set_xscale("log")
     ax.set_xlabel("example forwards spent (a forward and a backward count as three)")
+    rate = forwards_per_second(cells)
+    if rate:  # the same budget in minutes of this table's machine, at the rate its timed runs measured
+        top = ax.secondary_xaxis("top", functions=(lambda f: f / rate / 60.0, lambda m: m * 60.0 * rate))
+        top.set_xlabel(f"minutes on the runs' machine at their measured {rate:.0f} example forwards per second "
+                       "(median of the runs that publish their time)", fontsize=8)
     ax.set_ylabel("dev loss (mean over the cell's runs)")
     ax.grid(alpha=0.3)
-    ax.set_title("How long to train: dev loss against budget, each method at its chosen learning rate", fontsize=9)
+    ax.set_title("How long to train: dev loss against budget, each method at its chosen learning rate", fontsize=9,
+                 pad=24 if rate else 6)
     ax.legend(fontsize=7)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
