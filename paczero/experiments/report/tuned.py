@@ -273,10 +273,18 @@ def plot_budget(cells: list[Cell], path):
         return None
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8.0, 5.0))
+    zero = [pts[0][1] for _c, pts in chosen if pts[0][0] == 0.0]
+    trained = [y for _c, pts in chosen for x, y in pts if x > 0.0]
+    top_y = max(zero + trained[:1]) + 0.04  # a curve that rises far above the zero-shot (overfitting) leaves the plot
     for i, (c, pts) in enumerate(chosen):
-        xs, ys = zip(*pts)
-        ax.plot([max(x, 1.0) for x in xs], ys, marker="o", ms=3, color=f"C{i % 10}",
-                label=f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g} (n={len(c.runs)})")
+        xs, ys = zip(*[(x, y) for x, y in pts if x > 0.0])
+        name = f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g} (n={len(c.runs)})"
+        if max(ys) > top_y:
+            name += f"; rises to {max(ys):.2f}"
+        ax.plot(xs, ys, marker="o", ms=3, color=f"C{i % 10}", label=name)
+    if zero:  # the base model's dev loss: the budget's starting point (step 0)
+        ax.axhline(statistics.fmean(zero), color="k", ls=":", alpha=0.6, label="zero-shot (no training)")
+    ax.set_ylim(min(trained + zero) - 0.01, top_y)
     ax.set_xscale("log")
     ax.set_xlabel("example forwards spent (a forward and a backward count as three)")
     rate = forwards_per_second(cells)
