@@ -45,6 +45,10 @@ task, track, N, dtype and device, in the same process:
     floor's. What is counted: :mod:`paczero.bench.mfu`, and ``flops_counted`` in each row.
     ``load_average``: the machine's 1-minute load before and after these timings; where it exceeds the
     cores, one line says so (:mod:`paczero.machine.busy`): the timings include other processes' work.
+(i) with ``--account``, ``account``: where one floor pass's time goes, from forward hooks on every module
+    (exclusive times summed into categories: base linears and their TFLOP/s, LoRA adapters, attention core,
+    norms, MLP activation, embedding, layer glue, LM head, outside the model), beside the same pass
+    un-hooked (:mod:`paczero.bench.account`).
 
 Optionally (``--world 2``) the step time of a data-parallel run with that many
 gloo/nccl processes on the same machine, and the speedup over one process.
@@ -68,6 +72,7 @@ import sys
 import time
 from dataclasses import asdict, replace
 
+from paczero.bench.account import account_line, account_table, floor_account
 from paczero.bench.harness import BenchConfig, Harness, _median
 from paczero.bench.memory import _memory_child, live_peak_bytes, memory_phase
 from paczero.bench.mfu import mfu_figures, mfu_line
@@ -75,7 +80,7 @@ from paczero.bench.plain import floor_against_plain
 from paczero.bench.ranks import dp_step_time
 
 __all__ = ["BenchConfig", "Harness", "measure", "memory_phase", "live_peak_bytes", "_memory_child", "dp_step_time",
-           "floor_against_plain", "table", "add_arguments", "run", "main"]
+           "floor_against_plain", "floor_account", "account_table", "table", "add_arguments", "run", "main"]
 
 
 def measure(cfg: BenchConfig, log=print) -> dict:
@@ -108,6 +113,9 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     res.update(_step_against_floor(cfg, h, one_step, log))
     res.update(mfu_figures(h, res["step_s"], res["floor_s"]))  # the matmul rates measured here, now
     log(mfu_line(res))
+    if cfg.account:  # where one floor pass's time goes (paczero/bench/account.py)
+        res["account"] = floor_account(h)
+        log(account_line(res["account"]))
     res["load_average"].append(load_average())  # the machine's, before and after the timings above
     BusyWatch(allowed_cores()).check(res["torch_threads"])  # one line where other work shared the cores
     if cfg.scaling:
@@ -267,6 +275,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true",
                    help="LoRA: torch.compile the model body (dynamic shapes) for the floor and the step alike; "
                         "compilation happens in the warm-ups")
+    p.add_argument("--account", action="store_true",
+                   help="also time one floor pass with forward hooks on every module and account for its time "
+                        "by category (base linears and their TFLOP/s, LoRA adapters, attention, norms, MLP, "
+                        "embedding, glue, LM head, outside the model), beside the same pass without hooks")
     p.add_argument("--random-init", action="store_true",
                    help="build each model from its config alone with random weights (speed and memory do not "
                         "depend on the weights; a local folder needs only config.json and the tokenizer)")
@@ -284,6 +296,8 @@ def run(ns: argparse.Namespace) -> int:
         raise ValueError("--live-memory measures within the memory phases: drop --no-memory")
     if base.compile and (ns.track != ["lora"] or base.task == "squad"):
         raise ValueError("--compile applies to --track lora on a classification task only")
+    if base.account and (base.compile or base.mechanism == "dp-sgd"):
+        raise ValueError("--account times the eager zeroth-order floor pass: drop --compile and --mechanism dp-sgd")
     for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),
                         ("--world", base.world), ("--num-directions", base.num_directions),
                         ("--token-budget", base.token_budget),
@@ -305,6 +319,8 @@ def run(ns: argparse.Namespace) -> int:
         print(first_order_table(results))
     else:
         print(table(results))
+        if base.account:
+            print(account_table(results))
     return 0
 
 

@@ -34,6 +34,7 @@ class BenchConfig:
     seed: int = 0
     random_init: bool = False       # the model's architecture (config only) with random weights
     compile: bool = False           # torch.compile the model body (LoRA; both the floor and the step run it)
+    account: bool = False           # also account for one floor pass's time by module category (hooks)
 
 
 class Harness:
