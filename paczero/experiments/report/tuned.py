@@ -152,7 +152,8 @@ def gain_table(cells: list[Cell]) -> str:
     kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if top is not None else []
     ends = cells[0].table in BY_DEV_LOSS
     audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
-    rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "0",
+    rows = [[_zero_label(settings, zero), "—", *(["0"] if ends else []), fmt_ms(*st["test"]),
+             fmt_ms(*st["test_loss"], digits=3), "0", "0",
              "0", "0", *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)",
              *(["—"] if audited else []), "—", *(["—"] if ends else [])] for settings, st in zero]
     for method, (c, _seed, _grid) in chosen:
@@ -160,7 +161,8 @@ def gain_table(cells: list[Cell]) -> str:
         g, o = gains(c), gains(c, "ood_test")
         share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"], True)] \
             if kept else []
-        rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
+        rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", *([str(c.cfg["steps"])] if ends else []),
+                     fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
                      fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), *share, text,
                      *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3),
@@ -181,7 +183,8 @@ def gain_table(cells: list[Cell]) -> str:
                  "--canaries M`, docs/audit.md) of the cell's audited runs; a lower bound never proves privacy, and "
                  "one above the stated ε would show the run does not keep its guarantee.")
     return "\n\n".join([note, markdown_table(
-        ["Method", "lr (chosen on dev)", "Test acc %", "Test loss", "Gain acc (pts)", "Gain loss",
+        ["Method", "lr (chosen on dev)", *(["Steps T"] if ends else []), "Test acc %", "Test loss", "Gain acc (pts)",
+         "Gain loss",
          "Gain acc, out-of-domain", "Gain loss, out-of-domain", *kept, "Guarantee",
          *(["Empirical ε (one-run audit)"] if audited else []), "Loss-attack AUC",
          *(["Dev loss at the final budget"] if ends else [])], rows)])
@@ -278,7 +281,7 @@ def plot_budget(cells: list[Cell], path):
     top_y = max(zero + trained[:1]) + 0.04  # a curve that rises far above the zero-shot (overfitting) leaves the plot
     for i, (c, pts) in enumerate(chosen):
         xs, ys = zip(*[(x, y) for x, y in pts if x > 0.0])
-        name = f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g} (n={len(c.runs)})"
+        name = f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g}, T = {c.cfg['steps']} (n={len(c.runs)})"
         if max(ys) > top_y:
             name += f"; rises to {max(ys):.2f}"
         ax.plot(xs, ys, marker="o", ms=3, color=f"C{i % 10}", label=name)
@@ -311,6 +314,11 @@ def tuned_table(cells: list[Cell]) -> str:
     return _tuned_table(cells)
 
 
+def _budget_label(c: Cell) -> str:
+    """:func:`label`, and in the SST-2 tables (whose methods may run at more than one budget) its steps T."""
+    return label(c.cfg, c.table) + (f", T = {c.cfg['steps']}" if c.table in BY_DEV_LOSS else "")
+
+
 def _tuned_table(cells: list[Cell]) -> str:
     chosen = choose(cells)
     zero = zero_shot_stats(cells)
@@ -318,7 +326,7 @@ def _tuned_table(cells: list[Cell]) -> str:
              "none needed (reads no training data)", "0.5", "—"] for settings, st in zero]
     for method, (c, _seed, _grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
         text, mia = guarantee(c)
-        rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")),
+        rows.append([_budget_label(c), f"{c.cfg['lr']:g}", fmt_ms(*c.stat("test")),
                      fmt_ms(*_extra(c, "ood_test", "accuracy")), fmt_ms(*c.stat("unanimity"), digits=1), text,
                      "—" if mia is None else f"{mia:.3f}", fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3)])
     main = markdown_table(["Method", "lr (chosen on dev)", "Test acc % (in-domain)", "Test acc % (out-of-domain)",
@@ -326,7 +334,7 @@ def _tuned_table(cells: list[Cell]) -> str:
     grid_rows = []
     for method, (c, seed, grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
         for g, d in grid:
-            grid_rows.append([label(g.cfg, g.table), f"{g.cfg['lr']:g}",
+            grid_rows.append([_budget_label(g), f"{g.cfg['lr']:g}",
                               "—" if d is None else f"{d[0]:.1f}", "—" if d is None else f"{d[1]:.4f}",
                               "**chosen**" if g is c else "", str(seed)])
     grid = markdown_table(["Method", "lr", "Dev acc %", "Dev loss", "", "Seed"], grid_rows)
