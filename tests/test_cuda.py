@@ -212,3 +212,27 @@ def test_fused_kernels_match_their_definition_on_cuda(dtype, monkeypatch):
     if dtype == torch.float32:
         m = torch.tensor(1e-3, dtype=torch.float32).double()
         assert not torch.equal((theta.double() + z.double() * m).float(), plus)
+
+
+def test_bench_rows_report_mfu_and_the_account_on_cuda(tmp_path, capsys):
+    """``paczero bench --device cuda --account --json-out``: every row holds its MFU against the matmul rates
+    measured on the GPU in the same process (mfu = step FLOPs / step seconds / the 2048³ rate), and the floor
+    pass's account, whose categories add up to its total. Red if a CUDA row lacks them, divides by a rate not
+    measured on the device, or the account's categories miss part of the pass."""
+    import json
+
+    from paczero.bench import main
+    from paczero.bench.account import CATEGORIES
+
+    out = tmp_path / "bench.json"
+    assert main(["--model", "tiny-llama", "--track", "ft", "lora", "--n", "8", "--steps", "1", "--no-scaling",
+                 "--no-memory", "--no-plain", "--device", "cuda", "--dtype", "bf16", "--account",
+                 "--json-out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert len(rows) == 2 and "MFU" in printed
+    for r in rows:
+        assert r["matmul_tflops_2048"] > 1.0  # a GPU's bf16 rate, not a CPU's
+        assert r["mfu"] == pytest.approx(r["step_flops"] / r["step_s"] / 1e12 / r["matmul_tflops_2048"])
+        acc = r["account"]
+        assert sum(acc["categories"][c] for c in CATEGORIES) == pytest.approx(acc["total_s"], rel=1e-6)
