@@ -152,9 +152,10 @@ def gain_table(cells: list[Cell]) -> str:
     kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if top is not None else []
     ends = cells[0].table in BY_DEV_LOSS
     audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
+    ood = any(gains(c, "ood_test")["accuracy"][0] is not None for _, (c, _s, _g) in chosen)  # else no columns
     rows = [[_zero_label(settings, zero), "—", *(["0"] if ends else []), fmt_ms(*st["test"]),
              fmt_ms(*st["test_loss"], digits=3), "0", "0",
-             "0", "0", *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)",
+             *(["0", "0"] if ood else []), *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)",
              *(["—"] if audited else []), "—", *(["—"] if ends else [])] for settings, st in zero]
     for method, (c, _seed, _grid) in chosen:
         text, _mia = guarantee(c)
@@ -164,7 +165,7 @@ def gain_table(cells: list[Cell]) -> str:
         rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", *([str(c.cfg["steps"])] if ends else []),
                      fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
-                     fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4), *share, text,
+                     *([fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4)] if ood else []), *share, text,
                      *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3),
                      *([curve_end(budget_curves(c))] if ends else [])])
     note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
@@ -185,7 +186,7 @@ def gain_table(cells: list[Cell]) -> str:
     return "\n\n".join([note, markdown_table(
         ["Method", "lr (chosen on dev)", *(["Steps T"] if ends else []), "Test acc %", "Test loss", "Gain acc (pts)",
          "Gain loss",
-         "Gain acc, out-of-domain", "Gain loss, out-of-domain", *kept, "Guarantee",
+         *(["Gain acc, out-of-domain", "Gain loss, out-of-domain"] if ood else []), *kept, "Guarantee",
          *(["Empirical ε (one-run audit)"] if audited else []), "Loss-attack AUC",
          *(["Dev loss at the final budget"] if ends else [])], rows)])
 
