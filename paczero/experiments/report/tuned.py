@@ -300,7 +300,7 @@ def plot_budget(cells: list[Cell], path):
     ax.grid(alpha=0.3)
     ax.set_title("How long to train: dev loss against budget, each method at its chosen learning rate", fontsize=9,
                  pad=24 if rate else 6)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2)  # below: the curves stay visible
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
