@@ -101,6 +101,16 @@ def parse_lr(text: str) -> float | tuple[float, ...] | str:
     return tuple(values)
 
 
+def lr_choice_from_file(value: Any) -> tuple[float, ...] | str:
+    """A YAML file's ``lr`` list (or ``auto``) as ``--lr`` would give it, checked by the same rules."""
+    if value == "auto":
+        return "auto"
+    try:
+        return parse_lr(",".join(repr(float(v)) for v in value)) if len(value) > 1 else float(value[0])
+    except (TypeError, ValueError, argparse.ArgumentTypeError) as e:
+        raise ConfigError(f"lr in a file: a number, a list of two or more numbers, or auto ({e})") from None
+
+
 LR_HELP = ("; several (1e-3,5e-3,2e-2) or auto (a small grid of the mechanism's family): each a full run in "
            "OUT_DIR/lr-candidates/, the lowest dev loss released in OUT_DIR, the privacy budget split over them "
            "(docs/tasks.md)")
@@ -204,6 +214,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
     if config:
         values.update(load_yaml(config))
     values.update(given)
+    if "lr" not in given and (isinstance(values.get("lr"), (list, tuple)) or values.get("lr") == "auto"):
+        ns.lr = lr_choice_from_file(values.pop("lr"))  # `lr: [1e-3, 5e-3]` or `lr: auto` in a YAML: a choice on dev
     if values.get("mechanism") == "dp-sgd":  # DP-SGD's own defaults for what nothing above set
         from paczero.mechanisms.dpsgd import USER_DEFAULTS
 

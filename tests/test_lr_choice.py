@@ -180,3 +180,40 @@ def test_the_rule_lowest_loss_then_higher_accuracy_then_earlier():
     assert best([s(0.7, 0.5), s(0.6, 0.4), s(0.65, 0.9)]) == 1
     assert best([s(0.6, 0.5), s(0.6, 0.7), s(0.6, 0.7)]) == 1
     assert best([s(float("nan"), 1.0), s(0.9, 0.1)]) == 1
+
+
+@pytest.mark.parametrize("yaml_lr, flag, want", [
+    ("[0.001, 0.02]", None, (0.001, 0.02)),
+    ("auto", None, "auto"),
+    ("[0.001, 0.02]", "0.005", 0.005),  # the flag wins: one value, a plain run
+    ("0.003", None, 0.003),
+])
+def test_a_config_file_names_the_candidates_as_the_flag_does(yaml_lr, flag, want, tmp_path, capsys, monkeypatch):
+    """``lr: [a, b]`` or ``lr: auto`` in a ``--config`` YAML starts the same choice on dev as ``--lr a,b`` /
+    ``--lr auto``; a ``--lr`` flag overrides the file; one number stays a plain run. The loop is replaced here by
+    recorders, so only the routing is tested (the choice itself: the tests above). Red if the file's list is
+    dropped (a plain run at the default lr) or wins over the flag."""
+    import paczero.run.lr_choice as lr_choice
+    import paczero.train
+
+    seen = {}
+    monkeypatch.setattr(lr_choice, "choose_lr", lambda cfg, lrs, fn: seen.update(lrs=lrs) or {})
+    monkeypatch.setattr(paczero.train, "train", lambda cfg, **k: seen.update(lr=cfg.lr) or {})
+    config = tmp_path / "c.yaml"
+    config.write_text(f"mechanism: pac-zpl\nlr: {yaml_lr}\n")
+    assert main(TINY + ["--config", str(config), "--out-dir", str(tmp_path / "run")]
+                + (["--lr", flag] if flag else [])) == 0
+    if isinstance(want, float):
+        assert seen == {"lr": want}
+    else:
+        assert seen == {"lrs": lr_choice.AUTO_GRIDS["pac"] if want == "auto" else want}
+
+
+def test_a_bad_list_in_a_config_file_is_one_line_exit_2(tmp_path, capsys):
+    """A file's lr list is checked by the flag's rules: one line, exit 2. Red if it reaches TrainConfig's
+    generic type error or starts a run."""
+    config = tmp_path / "c.yaml"
+    config.write_text("mechanism: pac-zpl\nlr: [0.001, -0.02]\n")
+    assert main(TINY + ["--config", str(config), "--out-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lr in a file" in err[0] and "must be > 0" in err[0], err
