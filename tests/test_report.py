@@ -932,11 +932,13 @@ def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):
 
 
 def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp_path):
-    """The budget curve's end is classified from the points alone: a curve whose last third reaches below every
-    earlier point by more than the tolerance is "still falling", one that ends above its lowest point by more than
-    it is "rising", a level one (within the tolerance, also when noisy) is "flat". The gain table carries the
+    """The budget curve's end is classified from the points alone: one that ends above its lowest point by more
+    than the tolerance is "rising" (also where that lowest point lies in its last third), else one whose last third
+    reaches below every earlier point by more than the tolerance is "still falling", a level one (within the
+    tolerance, also when noisy) is "flat". The gain table carries the
     classification of each chosen cell's mean curve. Red with the thirds swapped, without the tolerance (a 0.001
-    wiggle would read as falling), or with the column read from another cell's curve."""
+    wiggle would read as falling), with "still falling" tested first (red on the curve that fell,
+    then rose), or with the column read from another cell's curve."""
     from paczero.config import load_yaml
     from paczero.experiments.report.tuned import curve_end, forwards_per_second
     from paczero.recipes import recipes_root
@@ -949,6 +951,8 @@ def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp
     level = list(zip(x, [0.42, 0.40, 0.39, 0.388, 0.389, 0.388, 0.387, 0.389, 0.388, 0.389]))
     assert curve_end(level) == "flat"  # 0.387 lies 0.001 below 0.388: within the tolerance
     assert curve_end(level[:3]) == "—"
+    fell_then_rose = list(zip(x, [0.42, 0.41, 0.41, 0.40, 0.40, 0.38, 0.39, 0.36, 0.38, 0.40]))
+    assert curve_end(fell_then_rose).startswith("rising (lowest at 70 forwards, +0.040")  # its low lies behind it
 
     root = tmp_path / "runs"
     zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,

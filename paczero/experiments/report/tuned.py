@@ -175,10 +175,11 @@ def gain_table(cells: list[Cell]) -> str:
         note += (" Ceiling kept: the method's mean gain as a share of the mean gain of the non-private first-order "
                  "ceiling (AdamW on the same trainable parameters, no clipping, no noise).")
     if ends:
-        note += (f" Dev loss at the final budget: the chosen cell's mean dev curve (the budget plot) is \"still "
-                 f"falling\" where the lowest point of its last third lies more than {FLAT_TOL} below every earlier "
-                 "one (a longer run would likely gain more), \"rising\" where its final point lies more than that "
-                 "above its lowest (it overfits; the dev-best step is released), else \"flat\".")
+        note += (f" Dev loss at the final budget: the chosen cell's mean dev curve (the budget plot) is \"rising\" "
+                 f"where its final point lies more than {FLAT_TOL} above its lowest (it overfits or grows noisier; "
+                 "the dev-best step is released), else \"still falling\" where the lowest point of its last third "
+                 "lies more than that below every earlier one (a longer run would likely gain more), else "
+                 "\"flat\".")
     if audited:
         note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (`paczero audit RUN "
                  "--canaries M`, docs/audit.md) of the cell's audited runs; a lower bound never proves privacy, and "
@@ -235,10 +236,10 @@ FLAT_TOL = 0.003  # nats of mean dev loss: less than this apart, two points of a
 
 
 def curve_end(points: list[tuple[float, float]], tol: float = FLAT_TOL) -> str:
-    """Where a budget curve stands at its final budget: "still falling" where the lowest dev loss of its last
-    third (by budget) lies more than ``tol`` below every earlier point (a longer run would likely buy more);
-    "rising" where its final point lies more than ``tol`` above its lowest (the run overfits: the dev-best step is
-    the one released); otherwise "flat". "—" for fewer than four points."""
+    """Where a budget curve stands at its final budget: "rising" where its final point lies more than ``tol``
+    above its lowest (the run overfits, or its noise grew: the dev-best step is the one released); else "still
+    falling" where the lowest dev loss of its last third (by budget) lies more than ``tol`` below every earlier
+    point (a longer run would likely buy more); otherwise "flat". "—" for fewer than four points."""
     if len(points) < 4:
         return "—"
     end = points[-1][0]
@@ -246,11 +247,11 @@ def curve_end(points: list[tuple[float, float]], tol: float = FLAT_TOL) -> str:
     early = [loss for x, loss in points if x <= 2.0 * end / 3.0]
     if not late or not early:
         return "—"
+    best = min(points, key=lambda p: p[1])
+    if points[-1][1] > best[1] + tol:  # its lowest point lies behind it, even where that was in the last third
+        return f"rising (lowest at {best[0]:.3g} forwards, {points[-1][1] - best[1]:+.3f} since)"
     if min(late) < min(early) - tol:
         return f"still falling ({min(late) - min(early):+.3f} in the last third)"
-    best = min(points, key=lambda p: p[1])
-    if points[-1][1] > best[1] + tol:
-        return f"rising (lowest at {best[0]:.3g} forwards, {points[-1][1] - best[1]:+.3f} since)"
     return "flat"
 
 
