@@ -460,7 +460,7 @@ def test_the_sst2_tables_run_every_method_from_the_strong_prompt_on_the_papers_t
         method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
         by_method.setdefault(method, []).append(cpu_cfg(name).validate())
     pac = {"lora-zpl-skip", "lora-zpl", "lora-mi0.001-pm"} if table == "gpu-sst2" else \
-        {"lora-zpl-skip", "lora-zpl-skip-m16", "lora-zpl-m16", "lora-mi0.001-pm-m16"}
+        {"lora-zpl-skip", "lora-zpl-skip-m16", "lora-zpl-m16", "lora-mi0.001-pm-m16", "lora-zpl-skip-m16-t400"}
     assert set(by_method) == pac | {"lora-mezo", "lora-dpzero-eps2", "lora-dpsgd-eps2", "lora-dpsgd-eps1",
                                     "lora-dpsgd-eps0.5", "lora-adamw"}
     for method, cfgs in by_method.items():
@@ -469,9 +469,11 @@ def test_the_sst2_tables_run_every_method_from_the_strong_prompt_on_the_papers_t
         c = cfgs[0]
         assert c.template == "Review: {sentence}\nSentiment:" and c.verbalizer == {0: " negative", 1: " positive"}
         assert (c.n_train, c.n_test, c.select_metric) == (n, 872, "loss")
-        assert c.steps // c.eval_every == 10 and c.eval_zero_shot and c.dev_best, method
+        long = method.endswith("-t400")  # the budget curve 4x further: 400 steps, dev every 20
+        assert (c.steps, c.eval_every) == (400, 20) if long else c.steps // c.eval_every == 10, method
+        assert c.eval_zero_shot and c.dev_best, method
         if c.mechanism in ("pac-zpl", "pac-mi"):
-            assert c.num_subsets == (16 if method.endswith("-m16") else 128) and c.steps == steps
+            assert c.num_subsets == (16 if "-m16" in method else 128) and c.steps == (400 if long else steps)
     assert {c.epsilon for m in ("lora-dpsgd-eps2", "lora-dpsgd-eps1", "lora-dpsgd-eps0.5")
             for c in by_method[m]} == {0.5, 1.0, 2.0}
     ceiling = by_method["lora-adamw"][0]
