@@ -200,6 +200,7 @@ def test_stop_signals_are_handled_inside_the_block_only_and_an_ignored_sigint_st
         pass
 
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a foreground run has it (a background job: ignored)
     try:
         with on_stop_signals(handler):
             assert signal.getsignal(signal.SIGINT) is handler and signal.getsignal(signal.SIGTERM) is handler
