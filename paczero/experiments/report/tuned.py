@@ -136,10 +136,13 @@ def empirical_epsilon(cell: Cell) -> str:
 
 def ceiling_fraction(gain: tuple, ceiling: tuple, lower_is_better: bool = False) -> str:
     """A method's mean gain as a percentage of the ceiling's mean gain ("—" where either is missing or the
-    ceiling gained nothing: no improvement, a loss that rose or an accuracy that fell)."""
+    ceiling gained nothing: no improvement, a loss that rose, an accuracy that fell, or, over two seeds or more,
+    a mean gain within two standard deviations of 0, which no share can be read against)."""
     if gain[0] is None or ceiling[0] is None or ceiling[0] == 0 or (lower_is_better and ceiling[0] > 0) \
             or (not lower_is_better and ceiling[0] < 0):
         return "—"  # the ceiling bought nothing on this figure: no share to keep
+    if ceiling[1] is not None and abs(ceiling[0]) <= 2.0 * ceiling[1]:
+        return "—"  # the ceiling's gain is not resolved from 0 over its seeds
     return f"{100.0 * gain[0] / ceiling[0]:.0f} %"
 
 
@@ -173,7 +176,8 @@ def gain_table(cells: list[Cell]) -> str:
             "improvements. A gain within two standard deviations of 0 is not resolved.")
     if kept:
         note += (" Ceiling kept: the method's mean gain as a share of the mean gain of the non-private first-order "
-                 "ceiling (AdamW on the same trainable parameters, no clipping, no noise).")
+                 "ceiling (AdamW on the same trainable parameters, no clipping, no noise); \"—\" where the ceiling's "
+                 "own gain is not resolved.")
     if ends:
         note += (f" Dev loss at the final budget: the chosen cell's mean dev curve (the budget plot) is \"rising\" "
                  f"where its final point lies more than {FLAT_TOL} above its lowest (it overfits or grows noisier; "
