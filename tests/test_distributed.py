@@ -65,6 +65,19 @@ def _rank(rank: int, world: int, port: int, out_dir: str, other_directions_rank:
     finally:
         if tdist.is_initialized():
             tdist.destroy_process_group()
+    _leave()
+
+
+def _leave() -> None:
+    """End a rank that returned cleanly without the interpreter's teardown, where gloo's threads abort a process
+    now and then ("terminate called without an active exception", docs/distributed.md), once seen even after
+    ``destroy_process_group``; the test reads what each rank did from files it has closed. A rank that raised
+    never gets here and exits with its error."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _transcript(run_dir):
@@ -168,6 +181,7 @@ def _rank_with(rank: int, world: int, port: int, configs: list, retokenize_rank:
     finally:
         if tdist.is_initialized():
             tdist.destroy_process_group()
+    _leave()
 
 
 def _stopped(out_dir: str, rank: int) -> tuple[int, str]:
