@@ -153,6 +153,31 @@ def test_batches_respect_budget_and_move(tokenizer):
         assert int(lengths.max() - lengths.min()) <= max(2, int(0.1 * int(lengths.max())))
 
 
+@pytest.mark.parametrize("name", ["sst2", "squad"])
+def test_fill_batches_fills_to_the_budget_with_the_same_losses(tokenizer, llama, name):
+    """A task built with ``fill_batches=True`` (train's on a GPU) groups the examples as plan_batches does with
+    no padding cap (an independent grouping of the same lengths), fewer micro-batches than the default's; the
+    per-example losses agree. Mutation that turns it red: own_padding ignoring fill_batches (the cap always)."""
+    data = EXAMPLES * 4 if name == "sst2" else QA * 4
+    tight, filled = build_task(name, tokenizer), build_task(name, tokenizer, fill_batches=True)
+    enc = tight.encode(data)
+    tight_batches, filled_batches = tight.make_batches(enc, token_budget=4096), filled.make_batches(enc, 4096)
+    lengths = [len(e.prompt_ids) + (len(e.target_ids) - 1 if name == "squad" else 0) for e in enc]
+    assert [b.index.tolist() for b in filled_batches] == [g.tolist() for g in plan_batches(lengths, 4096, 1, None, None)]
+    assert len(filled_batches) < len(tight_batches)
+    assert [b.index.tolist() for b in tight.make_batches(enc, 4096)] == [
+        b.index.tolist() for b in filled.make_batches(enc, 4096, max_padding=0.1)]  # an explicit cap wins
+
+    def losses(task, batches):
+        out = torch.empty(len(enc))
+        with torch.no_grad():
+            for b in batches:
+                out[b.index] = task.losses(llama, b)
+        return out
+
+    torch.testing.assert_close(losses(filled, filled_batches), losses(tight, tight_batches), atol=1e-5, rtol=1e-5)
+
+
 # -- classification -------------------------------------------------------------------
 def test_default_verbalizer_is_single_token_on_smollm2(tokenizer):
     task = build_task("sst2", tokenizer)

@@ -648,6 +648,19 @@ def test_max_length_is_a_flag_and_a_run_says_how_many_examples_it_cut(tmp_path, 
     assert [r.getMessage()[:34] for r in caplog.records] == ["some training, 1 of 8 dev examples"]
 
 
+def test_build_fills_micro_batches_on_a_gpu_only(tmp_path, monkeypatch):
+    """The task a run builds fills its micro-batches to the token budget where the device is a GPU and keeps them
+    near zero padding on a CPU. Mutation that turns it red: _task not passing fill_batches (or passing the CPU's
+    rule everywhere)."""
+    import paczero.run.build as build_module
+    from paczero.run.build import build
+
+    cfg = TrainConfig(**TINY, device="cpu")
+    assert build(cfg, with_model=False).task.fill_batches is False
+    monkeypatch.setattr(build_module, "resolve_device", lambda device: "cuda:0")
+    assert build(cfg.replace(device="cuda"), with_model=False).task.fill_batches is True
+
+
 def test_a_resume_with_other_settings_is_refused_naming_them(tmp_path):
     """--token-budget (and every key outside RESUME_FREE) was accepted silently on a resume; now one line
     names each differing key with both values. Keys of where and how fast it runs may change. Red if

@@ -45,6 +45,7 @@ class Harness:
 
         from paczero.machine.hardware import set_threads
         from paczero.models import load_model
+        from paczero.run.build import fills_batches
         from paczero.tasks import build_task
 
         set_threads(cfg.threads)  # as paczero train sets them
@@ -56,12 +57,12 @@ class Harness:
             from paczero.models import compile_body
 
             compile_body(self.model)
-        self.task = build_task(cfg.task, self.lm.tokenizer)
+        self.task = build_task(cfg.task, self.lm.tokenizer, fill_batches=fills_batches(cfg.device))  # as train's
         self.perturber = None
         self.data: dict[int, tuple[list, list]] = {}
         self.universe, self.batches = self.data_for(cfg.n)
-        #: the floor's micro-batches: the task's inference batching (its default padding cap of 10 %),
-        #: which the step scores too (built once, shared)
+        #: the floor's micro-batches: the task's batching as train builds it on this device (padding capped at
+        #: 10 % on a CPU, filled to the token budget on a GPU), which the step scores too (built once, shared)
         self.floor_batches = self.batches
 
     def data_for(self, n: int) -> tuple[list, list]:

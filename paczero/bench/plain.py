@@ -21,6 +21,7 @@ def _plain_child(cfg_dict: dict, threads: int, conn) -> None:
     import torch
 
     from paczero.models import load_model
+    from paczero.run.build import fills_batches
     from paczero.tasks import build_task, load_splits
 
     torch.set_num_threads(threads)
@@ -28,7 +29,7 @@ def _plain_child(cfg_dict: dict, threads: int, conn) -> None:
     lm = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device, track="ft", init_seed=cfg.seed,
                     random_init=cfg.random_init)
     model = lm.model.eval()
-    task = build_task(cfg.task, lm.tokenizer)
+    task = build_task(cfg.task, lm.tokenizer, fill_batches=fills_batches(cfg.device))
     pool, _, _ = load_splits(cfg.task, n_train=None, n_dev=0, n_test=0, seed=cfg.seed)
     universe = task.encode([pool[i % len(pool)] for i in range(cfg.n)])
     inputs = [{"input_ids": b.input_ids.to(cfg.device), "attention_mask": b.attention_mask.to(cfg.device)}

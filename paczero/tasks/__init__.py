@@ -4,7 +4,9 @@
 
 - ``encode(examples) -> list[Encoded]``: tokenise once, same order;
 - ``make_batches(enc, token_budget=4096, indices=None) -> list[Batch]``:
-  length-sorted, left-padded micro-batches, built once and reused;
+  length-sorted, left-padded micro-batches, built once and reused (near zero
+  padding, or filled to the budget where the task was built with
+  ``fill_batches=True``);
 - ``losses(model, batch) -> Tensor[B]``: the per-sample fp32 training loss
   (one ordinary forward, so perturbation hooks fire);
 - ``evaluate(model, enc, token_budget=4096) -> dict``: batched metrics;
@@ -45,6 +47,9 @@ def build_task(name: str, tokenizer, **options):
     ``answer_stop`` (``"newline-token"`` or ``"any-newline"``).
     Classification also takes ``labels`` (the class names, label i the i-th).
     Completion options: ``max_length`` (2048), ``max_new_tokens`` (50).
+    Every task takes ``fill_batches`` (False): True fills each micro-batch to
+    the token budget whatever its padding (a GPU), False keeps micro-batches
+    near zero padding (a CPU, where padded tokens cost compute).
     Options set to ``None`` take their defaults; options that only the other
     kind of task takes are ignored; unknown option names raise ``ValueError``.
     """
@@ -69,6 +74,6 @@ def build_task(name: str, tokenizer, **options):
 
 
 # Options meant for the other kind of task are ignored, so one config can carry both.
-_CLASSIFICATION_OPTIONS = {"template", "verbalizer", "max_length", "scoring", "labels"}
-_QA_OPTIONS = {"template", "objective", "max_new_tokens", "max_length", "answer_stop"}
-_COMPLETION_OPTIONS = {"max_length", "max_new_tokens"}
+_CLASSIFICATION_OPTIONS = {"template", "verbalizer", "max_length", "scoring", "labels", "fill_batches"}
+_QA_OPTIONS = {"template", "objective", "max_new_tokens", "max_length", "answer_stop", "fill_batches"}
+_COMPLETION_OPTIONS = {"max_length", "max_new_tokens", "fill_batches"}

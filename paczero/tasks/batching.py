@@ -139,6 +139,22 @@ def right_align(rows: Sequence[Sequence[int]]):
     return torch.from_numpy(tokens), torch.from_numpy(mask)
 
 
+#: the padding cap of a micro-batch where padded tokens cost compute (a CPU): an example joins a group only if it
+#: is at most ``max(2, 10 %)`` of the group's longest shorter; on a GPU, where a forward's cost is mostly its
+#: launches, a task built with ``fill_batches=True`` fills every micro-batch to the token budget instead
+TIGHT_PADDING = 0.1
+#: ``make_batches``' default: the padding rule the task was built with
+OWN = "own"
+
+
+def own_padding(task, max_padding):
+    """``max_padding`` as given, or (``OWN``) the task's own: None (fill) where it was built with
+    ``fill_batches=True``, else ``TIGHT_PADDING``."""
+    if max_padding != OWN:
+        return max_padding
+    return None if getattr(task, "fill_batches", False) else TIGHT_PADDING
+
+
 def plan_batches(
     lengths: Sequence[int],
     token_budget: int,

@@ -34,7 +34,9 @@ from paczero.tasks.batching import (
     Encoded,
     collect,
     left_pad,
+    OWN,
     model_device,
+    own_padding,
     pad_token_id,
     plan_batches,
     prompt_prefix,
@@ -77,6 +79,7 @@ class ClassificationTask:
         scoring: str = "auto",
         name: str = "sst2",
         label_names: Sequence[str] | None = None,
+        fill_batches: bool = False,
     ):
         if label_names is not None:
             label_names = [str(n).strip() for n in label_names]
@@ -103,6 +106,7 @@ class ClassificationTask:
         self.name = name
         self.tokenizer = tokenizer
         self.template = template
+        self.fill_batches = bool(fill_batches)
         self.verbalizer = verbalizer
         self.labels = sorted(verbalizer)
         self.max_length = int(max_length)
@@ -153,8 +157,10 @@ class ClassificationTask:
         ]
 
     def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None,
-                     max_padding: float | None = 0.1) -> list[Batch]:
-        """Left-padded micro-batches of at most ``token_budget`` padded tokens (>= 1 example)."""
+                     max_padding: float | str | None = OWN) -> list[Batch]:
+        """Left-padded micro-batches of at most ``token_budget`` padded tokens (>= 1 example); ``max_padding``
+        (default: the task's own, batching.own_padding) as plan_batches takes it."""
+        max_padding = own_padding(self, max_padding)
         if self.single_token:
             lengths = [len(e.prompt_ids) for e in enc]
             groups = plan_batches(lengths, token_budget, 1, indices, max_padding)

@@ -36,7 +36,9 @@ from paczero.tasks.batching import (
     Encoded,
     collect,
     left_pad,
+    OWN,
     model_device,
+    own_padding,
     pad_token_id,
     plan_batches,
     prompt_prefix,
@@ -69,13 +71,15 @@ class CompletionTask:
 
     metric = "loss"  # the completion NLL: lower is better (dev-best selection keeps the lowest)
 
-    def __init__(self, tokenizer, max_length: int = 2048, max_new_tokens: int = 50, name: str = "completion"):
+    def __init__(self, tokenizer, max_length: int = 2048, max_new_tokens: int = 50, name: str = "completion",
+                 fill_batches: bool = False):
         if int(max_length) < 2:
             raise ValueError(f"max_length must be >= 2, got {max_length}")
         if int(max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         self.name = name
         self.tokenizer = tokenizer
+        self.fill_batches = bool(fill_batches)
         self.max_length = int(max_length)
         self.max_new_tokens = int(max_new_tokens)
         self.pad_id = pad_token_id(tokenizer)
@@ -125,9 +129,9 @@ class CompletionTask:
         return encoded
 
     def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None,
-                     max_padding: float | None = 0.1) -> list[Batch]:
+                     max_padding: float | str | None = OWN) -> list[Batch]:
         """Left-padded rows ``prompt + completion[:-1]`` with right-aligned completion targets."""
-        return teacher_forced_batches(enc, self.pad_id, token_budget, indices, max_padding)
+        return teacher_forced_batches(enc, self.pad_id, token_budget, indices, own_padding(self, max_padding))
 
     # -- losses, generation, evaluation ---------------------------------------
     def losses(self, model, batch: Batch) -> torch.Tensor:

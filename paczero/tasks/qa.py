@@ -41,7 +41,9 @@ from paczero.tasks.batching import (
     Encoded,
     collect,
     left_pad,
+    OWN,
     model_device,
+    own_padding,
     pad_token_id,
     plan_batches,
     prompt_prefix,
@@ -120,6 +122,7 @@ class SquadTask:
         max_length: int = 2048,
         template: str = SQUAD_TEMPLATE,
         answer_stop: str = "newline-token",
+        fill_batches: bool = False,
     ):
         if objective not in OBJECTIVES:
             raise ValueError(f"SQuAD objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -130,6 +133,7 @@ class SquadTask:
         if answer_stop not in ANSWER_STOPS:
             raise ValueError(f"answer_stop must be one of {ANSWER_STOPS}, got {answer_stop!r}")
         self.name = "squad"
+        self.fill_batches = bool(fill_batches)
         self.tokenizer = tokenizer
         self.objective = objective
         self.max_new_tokens = int(max_new_tokens)
@@ -176,19 +180,20 @@ class SquadTask:
         return encoded
 
     def make_batches(self, enc: Sequence[Encoded], token_budget: int = 4096, indices=None,
-                     max_padding: float | None = 0.1) -> list[Batch]:
+                     max_padding: float | str | None = OWN) -> list[Batch]:
         """Micro-batches for the training objective (teacher-forced rows or generation prompts)."""
+        max_padding = own_padding(self, max_padding)
         if self.objective == "nll":
             return self._nll_batches(enc, token_budget, indices, max_padding)
         return self._generation_batches(enc, token_budget, indices, max_padding)
 
-    def _nll_batches(self, enc, token_budget, indices=None, max_padding=0.1) -> list[Batch]:
-        return teacher_forced_batches(enc, self.pad_id, token_budget, indices, max_padding)
+    def _nll_batches(self, enc, token_budget, indices=None, max_padding=OWN) -> list[Batch]:
+        return teacher_forced_batches(enc, self.pad_id, token_budget, indices, own_padding(self, max_padding))
 
-    def _generation_batches(self, enc, token_budget, indices=None, max_padding=0.1) -> list[Batch]:
+    def _generation_batches(self, enc, token_budget, indices=None, max_padding=OWN) -> list[Batch]:
         lengths = [len(e.prompt_ids) + self.max_new_tokens for e in enc]
         batches = []
-        for group in plan_batches(lengths, token_budget, 1, indices, max_padding):
+        for group in plan_batches(lengths, token_budget, 1, indices, own_padding(self, max_padding)):
             ids, mask, pos = left_pad([enc[i].prompt_ids for i in group], self.pad_id)
             batches.append(Batch(
                 index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
