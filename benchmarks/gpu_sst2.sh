@@ -28,7 +28,8 @@
 # Environment: PYTHON (default python3), WORKERS (cells at once; default 1), SWEEP_TIMEOUT (seconds,
 # default 480), RUNS (where the runs are written; default OUT_DIR/runs), DEVICE (default cuda), SET (extra
 # `--set` overrides, e.g. "model=tiny-llama dtype=fp32" with DEVICE=cpu to try the script on a CPU), CELLS
-# (recipe names or globs; default the whole table).
+# (recipe names or globs; default the whole table), PROFILE (recipe names: before the table, 20 steps of each
+# under cProfile, no evaluation, the functions' own and cumulative times in OUT_DIR/profile-<cell>.txt).
 set -u
 carry=${CARRY:-.devcarry}
 stash=${STASH:-/tmp/paczero-parts}
@@ -74,6 +75,34 @@ runs=${RUNS:-$out/runs}
 if [[ " ${SET:-} " != *" model="* ]]; then
   "$py" -c "from paczero.models import _smollm2_cached; print('model:', _smollm2_cached('model'))" || exit 1
 fi
+for recipe in ${PROFILE:-}; do  # where a step's wall time goes in the loop itself
+  name=${recipe##*/}
+  prof=/tmp/paczero-profile/$name
+  mkdir -p "$prof"
+  "$py" -m paczero.cli train --recipe "$recipe" --data "$data" --print-config > "$prof/recipe.json" || exit 1
+  # shellcheck disable=SC2086
+  DEVICE=${DEVICE:-cuda} "$py" - "$prof/recipe.json" "$prof" ${SET:-} > "$prof/config.json" <<'PY' || exit 1
+import json, os, sys, yaml
+cfg = json.load(open(sys.argv[1]))
+cfg.update(steps=20, eval_every=1000, checkpoint_every=1000, eval_zero_shot=False, progress=False,
+           heldout_attack=False, out_dir=sys.argv[2] + "/run", overwrite=True, device=os.environ["DEVICE"])
+cfg.update({k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in sys.argv[3:])})
+print(json.dumps(cfg))
+PY
+  "$py" -m cProfile -o "$out/profile-$name.prof" -m paczero.cli train --config "$prof/config.json" \
+    > "$out/profile-$name.log" 2>&1
+  "$py" - "$out/profile-$name.prof" "$prof/run/log.jsonl" > "$out/profile-$name.txt" <<'PY'
+import json, pstats, statistics, sys
+seconds = [json.loads(line).get("seconds") for line in open(sys.argv[2])]
+seconds = [s for s in seconds if s is not None]
+if seconds:
+    print(f"steps: {len(seconds)}, median {statistics.median(seconds):.3f} s, last 10 median "
+          f"{statistics.median(seconds[-10:]):.3f} s, first {seconds[0]:.3f} s")
+pstats.Stats(sys.argv[1]).sort_stats("tottime").print_stats(30)  # where the time is spent
+pstats.Stats(sys.argv[1]).sort_stats("cumulative").print_stats("paczero", 40)  # under which of paczero's calls
+PY
+  head -1 "$out/profile-$name.txt"
+done
 n_cells=$("$py" -m paczero.cli sweep $cells --dry-run --set data="$data" 2>/dev/null | grep -c '^run ')
 workers=${WORKERS:-1}
 start=$(date +%s)

@@ -128,7 +128,8 @@ def test_results_hold_results_only_each_named_in_its_folders_readme():
 def test_gpu_sst2_script_runs_the_table_on_cpu_and_packs_what_report_reads(tmp_path):
     """benchmarks/gpu_sst2.sh on a CPU with a tiny model and two steps: every cell it was given finishes, the pack
     holds each run's public files and none of its weights, checkpoints or private files, and `paczero report`
-    reads the unpacked runs into one table with the ceiling's row. Red when the script's overrides no longer reach
+    reads the unpacked runs into one table with the ceiling's row; the profile of PROFILE's cell times its 20 steps.
+    Red when the script's overrides no longer reach
     the sweep (a cell fails or runs the recipe's 1000 steps past the timeout), or when the pack leaves out the
     summaries or takes weights or the private journal."""
     import os
@@ -146,12 +147,15 @@ def test_gpu_sst2_script_runs_the_table_on_cpu_and_packs_what_report_reads(tmp_p
     cells = "gpu-sst2/lora-zpl-skip-lr2e-3 gpu-sst2/lora-dpsgd-eps2-lr1e-3 gpu-sst2/lora-adamw-lr1e-3"
     env = {**os.environ, "CARRY": str(carry), "PYTHON": sys.executable, "DEVICE": "cpu", "WORKERS": "1",
            "SWEEP_TIMEOUT": "400", "CELLS": cells, "STASH": str(tmp_path / "stash"), "JOIN": str(tmp_path / "join"),
-           "SET": "model=tiny-llama n_train=16 n_dev=8 n_test=8 dtype=fp32 num_subsets=8 heldout_attack=false"}
+           "SET": "model=tiny-llama n_train=16 n_dev=8 n_test=8 dtype=fp32 num_subsets=8 heldout_attack=false",
+           "PROFILE": "gpu-sst2/lora-zpl-skip-lr2e-3"}
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(root / "benchmarks" / "gpu_sst2.sh"), str(out), "2"], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "3 finished runs" in done.stdout
+    profile = (out / "profile-lora-zpl-skip-lr2e-3.txt").read_text()  # 20 steps of the cell under cProfile
+    assert profile.startswith("steps: 20, median ") and "(_loop)" in profile and "(zo_step)" in profile
     with tarfile.open(out / "gpu-sst2-runs.tgz") as tar:
         names = tar.getnames()
         unpacked = tmp_path / "runs"
