@@ -988,3 +988,25 @@ def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp
     from paczero.experiments.report.cells import find_runs, group_cells
     rate = forwards_per_second(group_cells(find_runs(root), []))
     assert rate == pytest.approx((25600 / 1300 + 4800 / 575) / 2)
+
+
+def test_the_tuned_headline_names_each_chosen_pac_zpl_cell_and_its_m(monkeypatch):
+    """Two chosen PAC-ZPL cells with the same coin rule at different M (cpu-sst2: coin steps skipped at M = 16
+    and 128, and the paper's coin step at M = 16) each get their own figure, M named, skipped first and the
+    larger M first. Red if the cells were keyed by coin rule alone (one skipped cell silently replaces the
+    other) or if M went unnamed."""
+    from types import SimpleNamespace
+
+    import paczero.experiments.report.tuned as tuned
+
+    def cell(coin, m, mean):
+        cfg = {"mechanism": "pac-zpl", "coin_step": coin, "num_subsets": m}
+        return SimpleNamespace(cfg=cfg, stat=lambda split, mean=mean: (mean, 1.0, 3))
+
+    chosen = {"a": cell("skip", 16, 79.0), "b": cell("skip", 128, 81.0), "c": cell("move", 16, 80.0)}
+    monkeypatch.setattr(tuned, "choose", lambda cells: {k: (c, 0, []) for k, c in chosen.items()})
+    monkeypatch.setattr(tuned, "zero_shot_stats", lambda cells: [])
+    line = tuned.tuned_headline([])
+    assert line.index("81.00 ± 1.00 (n=3) with coin steps skipped at M = 128") \
+        < line.index("79.00 ± 1.00 (n=3) with coin steps skipped at M = 16") \
+        < line.index("80.00 ± 1.00 (n=3) with coin steps moving the weights (the paper's rule) at M = 16"), line

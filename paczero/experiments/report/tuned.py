@@ -378,12 +378,18 @@ def attack_interval(cells: list[Cell]) -> str | None:
 def tuned_headline(cells: list[Cell]) -> str | None:
     """One sentence: PAC-ZPL's chosen cells (both coin rules) against MeZO and every DP cell (by ε, then K)."""
     chosen = {m: c for m, (c, _, _) in choose(cells).items()}
-    zpl = {c.cfg.get("coin_step", "move"): c for c in chosen.values() if c.cfg["mechanism"] == "pac-zpl"}
+    zpl = [c for c in chosen.values() if c.cfg["mechanism"] == "pac-zpl"]
     if not zpl:
         return None
+    several_m = len({c.cfg.get("num_subsets") for c in zpl}) > 1  # then each names its M
+
+    def rule(c: Cell) -> str:
+        return c.cfg.get("coin_step", "move")
+
     parts = [f"PAC-ZPL at MI = 0 reaches {fmt_ms(*c.stat('test'))} with coin steps "
-             + ("skipped" if rule == "skip" else "moving the weights (the paper's rule)")
-             for rule, c in sorted(zpl.items(), key=lambda kv: kv[0] != "skip")]
+             + ("skipped" if rule(c) == "skip" else "moving the weights (the paper's rule)")
+             + (f" at M = {c.cfg.get('num_subsets')}" if several_m else "")
+             for c in sorted(zpl, key=lambda c: (rule(c) != "skip", -int(c.cfg.get("num_subsets") or 0)))]
     mezo = [c for c in chosen.values() if c.cfg["mechanism"] == "mezo"]
     others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
         [f"{dp_in_words(c.cfg)}'s {fmt_ms(*c.stat('test'))}" for c in dp_by_epsilon(list(chosen.values()))]
