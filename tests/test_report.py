@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -988,6 +989,61 @@ def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp
     from paczero.experiments.report.cells import find_runs, group_cells
     rate = forwards_per_second(group_cells(find_runs(root), []))
     assert rate == pytest.approx((25600 / 1300 + 4800 / 575) / 2)
+
+
+def test_a_still_falling_dp_sgd_curve_is_priced_in_noise_for_a_longer_run(tmp_path):
+    """A DP-SGD cell whose mean dev curve still falls says why it was not simply run longer: at its fixed ε a run of
+    4x the steps needs a larger noise multiplier on every step. The two multipliers are checked against Opacus's
+    own RDP calibration (an independent accountant, to its 1 % ε tolerance); a DP-SGD cell whose curve rises and a
+    zeroth-order cell whose curve falls carry no such note. Red if the longer run were calibrated at the run's own
+    steps (the two multipliers equal), if the note were read from another cell's config, or if it were attached to
+    every DP-SGD cell."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    from paczero.config import load_yaml
+    from paczero.experiments.report.tuned import longer_run_noise
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.5}
+    dpsgd = {"mechanism": "dp-sgd", "private": True, "epsilon_target": 0.5, "delta": 1e-5, "epsilon_rdp": 0.5,
+             "epsilon_pld": 0.45, "noise_multiplier": 38.4, "sample_rate": 0.5, "steps": 100, "mia_bound": 0.62}
+    falling = [0.41, 0.40, 0.40, 0.39, 0.39, 0.38, 0.38, 0.37, 0.36, 0.35]
+    rising = [0.37, 0.34, 0.32, 0.34, 0.35, 0.40, 0.46, 0.51, 0.62, 0.67]
+    cells = {"lora-dpsgd-eps0.5-lr3e-3": (dpsgd, falling),
+             "lora-dpsgd-eps2-lr1e-2": ({**dpsgd, "epsilon_target": 2.0}, rising),
+             "lora-zpl-skip-m16-lr5e-3": (zpl, falling)}
+    for cell, (privacy, dev) in cells.items():
+        name = f"cpu-sst2/{cell}"
+        run = write_run(root, name, 0, test=0.82, dev=0.85, privacy=privacy,
+                        **{**load_yaml(recipes_root() / f"{name}.yaml"), "data": str(tmp_path / "s.jsonl"),
+                           "data_seed": 0})
+        summary = json.loads((run / "summary.json").read_text())
+        summary["zero_shot"] = {"test": {"accuracy": 0.80, "loss": 0.46}, "dev": {"accuracy": 0.85, "loss": 0.42}}
+        summary["dev"]["loss"] = min(dev)
+        (run / "summary.json").write_text(json.dumps(summary))
+        (run / "evals.jsonl").write_text("".join(json.dumps({"step": 10 * (i + 1), "dev": {"loss": v}}) + "\n"
+                                                 for i, v in enumerate(dev)))
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    section = md[md.index("## cpu-sst2"):]
+    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
+    at = [c.strip() for c in header.strip("|").split("|")].index("Dev loss at the final budget")
+    gain = section[section.index(header):].split("\n\n")[0]
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")][at] for r in gain.splitlines()[2:]}
+    note = rows["DP-SGD ε=0.5"]
+    assert note.startswith("still falling (-0.030") and "at ε = 0.5 a run of 400 steps needs noise multiplier" in note
+    found = re.findall(r"multiplier ([0-9.]+) on every step, against ([0-9.]+) at 100", note)
+    longer, now = (float(v) for v in found[0])
+    for sigma, steps in ((now, 100), (longer, 400)):
+        ref = get_noise_multiplier(target_epsilon=0.5, target_delta=1e-5, sample_rate=0.5, steps=steps,
+                                   accountant="rdp", epsilon_tolerance=0.001)
+        assert sigma == pytest.approx(ref, rel=0.01)
+    assert longer > 1.9 * now  # about 2x: sqrt(4)
+    assert rows["DP-SGD ε=2"].startswith("rising") and "multiplier" not in rows["DP-SGD ε=2"]
+    assert rows["PAC-ZPL (coin steps skipped, M = 16)"].startswith("still falling") \
+        and "multiplier" not in rows["PAC-ZPL (coin steps skipped, M = 16)"]
+    assert longer_run_noise({"mechanism": "dpzero", "epsilon": 2.0}) == ""
 
 
 def test_the_tuned_headline_names_each_chosen_pac_zpl_cell_and_its_m(monkeypatch):

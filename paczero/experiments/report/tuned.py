@@ -163,6 +163,7 @@ def gain_table(cells: list[Cell]) -> str:
     for method, (c, _seed, _grid) in chosen:
         text, _mia = guarantee(c)
         g, o = gains(c), gains(c, "ood_test")
+        pts = budget_curves(c) if ends else []
         share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"], True)] \
             if kept else []
         rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", *([str(c.cfg["steps"])] if ends else []),
@@ -170,7 +171,7 @@ def gain_table(cells: list[Cell]) -> str:
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
                      *([fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4)] if ood else []), *share, text,
                      *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3),
-                     *([curve_end(budget_curves(c))] if ends else [])])
+                     *([curve_end(pts) + longer_run_noise(c.cfg, pts)] if ends else [])])
     note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
             "prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss gains below 0 are "
             "improvements. A gain within two standard deviations of 0 is not resolved.")
@@ -182,7 +183,8 @@ def gain_table(cells: list[Cell]) -> str:
         note += (f" Dev loss at the final budget: the chosen cell's mean dev curve (the budget plot) is \"rising\" "
                  f"where its final point lies more than {FLAT_TOL} above its lowest (it overfits or grows noisier; "
                  "the dev-best step is released), else \"still falling\" where the lowest point of its last third "
-                 "lies more than that below every earlier one (a longer run would likely gain more), else "
+                 "lies more than that below every earlier one (a longer run would likely gain more; a DP-SGD run at the "
+                 f"same ε only with more noise on every step, which the cell prices for {LONGER}x the steps), else "
                  "\"flat\".")
     if audited:
         note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (`paczero audit RUN "
@@ -257,6 +259,26 @@ def curve_end(points: list[tuple[float, float]], tol: float = FLAT_TOL) -> str:
     if min(late) < min(early) - tol:
         return f"still falling ({min(late) - min(early):+.3f} in the last third)"
     return "flat"
+
+
+LONGER = 4  # how many times as long a run the "still falling" note of a DP cell prices
+
+
+def longer_run_noise(cfg: dict, points: list[tuple[float, float]] | None = None) -> str:
+    """Why a DP-SGD cell whose dev curve still falls is not simply run longer: at its fixed (ε, δ) a run of
+    ``LONGER`` times the steps needs a larger noise multiplier on every step (the same accountant's calibration
+    as the run's). "" for other mechanisms, or where the curve does not still fall."""
+    if cfg.get("mechanism") != "dp-sgd" or not cfg.get("epsilon"):
+        return ""
+    if points is not None and not curve_end(points).startswith("still falling"):
+        return ""
+    from paczero.privacy.dp import calibrate_noise_multiplier
+
+    steps, acct = int(cfg["steps"]), cfg.get("accountant") or "rdp"
+    now, longer = (calibrate_noise_multiplier(float(cfg["epsilon"]), float(cfg["delta"]), float(cfg["sample_rate"]),
+                                              t, acct) for t in (steps, LONGER * steps))
+    return (f"; at ε = {float(cfg['epsilon']):g} a run of {LONGER * steps} steps needs noise multiplier "
+            f"{longer:.1f} on every step, against {now:.1f} at {steps}")
 
 
 def forwards_per_second(cells: list[Cell]) -> float | None:
