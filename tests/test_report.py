@@ -937,6 +937,34 @@ def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):
     assert rows["DP-SGD ε=1"][at] == "—"
 
 
+def _write_curve_run(root, tmp_path, cell, privacy, dev, secs=None):
+    """A cpu-sst2 fixture run of the recipe ``cell`` whose dev loss at steps 10, 20, ... is ``dev``."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    name = f"cpu-sst2/{cell}"
+    run = write_run(root, name, 0, test=0.82, dev=0.85, privacy=privacy,
+                    **{**load_yaml(recipes_root() / f"{name}.yaml"), "data": str(tmp_path / "s.jsonl"), "data_seed": 0})
+    summary = json.loads((run / "summary.json").read_text())
+    summary["zero_shot"] = {"test": {"accuracy": 0.80, "loss": 0.46}, "dev": {"accuracy": 0.85, "loss": 0.42}}
+    summary["dev"]["loss"] = min(dev)
+    if secs is not None:
+        summary["train_seconds"] = secs
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "evals.jsonl").write_text("".join(json.dumps({"step": 10 * (i + 1), "dev": {"loss": v}}) + "\n"
+                                             for i, v in enumerate(dev)))
+
+
+def _final_budget_column(root, tmp_path) -> dict[str, str]:
+    """The cpu-sst2 gain table's "Dev loss at the final budget" column of a report on ``root``, by method."""
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    section = md[md.index("## cpu-sst2"):]
+    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
+    at = [c.strip() for c in header.strip("|").split("|")].index("Dev loss at the final budget")
+    gain = section[section.index(header):].split("\n\n")[0]
+    return {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")][at] for r in gain.splitlines()[2:]}
+
+
 def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp_path):
     """The budget curve's end is classified from the points alone: one that ends above its lowest point by more
     than the tolerance is "rising" (also where that lowest point lies in its last third), else one whose last third
@@ -945,9 +973,7 @@ def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp
     classification of each chosen cell's mean curve. Red with the thirds swapped, without the tolerance (a 0.001
     wiggle would read as falling), with "still falling" tested first (red on the curve that fell,
     then rose), or with the column read from another cell's curve."""
-    from paczero.config import load_yaml
     from paczero.experiments.report.tuned import curve_end, forwards_per_second
-    from paczero.recipes import recipes_root
 
     x = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90]
     falling = list(zip(x, [0.42, 0.41, 0.40, 0.40, 0.39, 0.39, 0.385, 0.38, 0.37, 0.36]))
@@ -967,22 +993,8 @@ def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp
     curves = {"lora-zpl-skip-m16-lr5e-3": (zpl, [0.41, 0.40, 0.40, 0.39, 0.39, 0.38, 0.38, 0.37, 0.36, 0.35], 1300.0),
               "lora-adamw-lr1e-3": (none, [0.37, 0.34, 0.32, 0.34, 0.35, 0.40, 0.46, 0.51, 0.62, 0.67], 575.0)}
     for cell, (privacy, dev, secs) in curves.items():
-        name = f"cpu-sst2/{cell}"
-        run = write_run(root, name, 0, test=0.82, dev=0.85, privacy=privacy,
-                        **{**load_yaml(recipes_root() / f"{name}.yaml"), "data": str(tmp_path / "s.jsonl"),
-                           "data_seed": 0})
-        summary = json.loads((run / "summary.json").read_text())
-        summary["zero_shot"] = {"test": {"accuracy": 0.80, "loss": 0.46}, "dev": {"accuracy": 0.85, "loss": 0.42}}
-        summary["dev"]["loss"], summary["train_seconds"] = min(dev), secs
-        (run / "summary.json").write_text(json.dumps(summary))
-        (run / "evals.jsonl").write_text("".join(json.dumps({"step": 10 * (i + 1), "dev": {"loss": v}}) + "\n"
-                                                 for i, v in enumerate(dev)))
-    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
-    section = md[md.index("## cpu-sst2"):]
-    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
-    at = [c.strip() for c in header.strip("|").split("|")].index("Dev loss at the final budget")
-    gain = section[section.index(header):].split("\n\n")[0]
-    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")][at] for r in gain.splitlines()[2:]}
+        _write_curve_run(root, tmp_path, cell, privacy, dev, secs)
+    rows = _final_budget_column(root, tmp_path)
     assert rows["PAC-ZPL (coin steps skipped, M = 16)"].startswith("still falling (-0.030")  # 0.35 (step 100) against 0.38 (step 60)
     assert rows["AdamW (non-private, first-order)"].startswith("rising (lowest at 1.44e+03 forwards, +0.350")
     # 100 steps x 256 forwards in 1300 s, 100 x 48 in 575 s: the median of 19.7 and 8.3
@@ -1000,9 +1012,7 @@ def test_a_still_falling_dp_sgd_curve_is_priced_in_noise_for_a_longer_run(tmp_pa
     every DP-SGD cell."""
     from opacus.accountants.utils import get_noise_multiplier
 
-    from paczero.config import load_yaml
     from paczero.experiments.report.tuned import longer_run_noise
-    from paczero.recipes import recipes_root
 
     root = tmp_path / "runs"
     zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
@@ -1015,22 +1025,8 @@ def test_a_still_falling_dp_sgd_curve_is_priced_in_noise_for_a_longer_run(tmp_pa
              "lora-dpsgd-eps2-lr1e-2": ({**dpsgd, "epsilon_target": 2.0}, rising),
              "lora-zpl-skip-m16-lr5e-3": (zpl, falling)}
     for cell, (privacy, dev) in cells.items():
-        name = f"cpu-sst2/{cell}"
-        run = write_run(root, name, 0, test=0.82, dev=0.85, privacy=privacy,
-                        **{**load_yaml(recipes_root() / f"{name}.yaml"), "data": str(tmp_path / "s.jsonl"),
-                           "data_seed": 0})
-        summary = json.loads((run / "summary.json").read_text())
-        summary["zero_shot"] = {"test": {"accuracy": 0.80, "loss": 0.46}, "dev": {"accuracy": 0.85, "loss": 0.42}}
-        summary["dev"]["loss"] = min(dev)
-        (run / "summary.json").write_text(json.dumps(summary))
-        (run / "evals.jsonl").write_text("".join(json.dumps({"step": 10 * (i + 1), "dev": {"loss": v}}) + "\n"
-                                                 for i, v in enumerate(dev)))
-    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
-    section = md[md.index("## cpu-sst2"):]
-    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
-    at = [c.strip() for c in header.strip("|").split("|")].index("Dev loss at the final budget")
-    gain = section[section.index(header):].split("\n\n")[0]
-    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")][at] for r in gain.splitlines()[2:]}
+        _write_curve_run(root, tmp_path, cell, privacy, dev)
+    rows = _final_budget_column(root, tmp_path)
     note = rows["DP-SGD ε=0.5"]
     assert note.startswith("still falling (-0.030") and "at ε = 0.5 a run of 400 steps needs noise multiplier" in note
     found = re.findall(r"multiplier ([0-9.]+) on every step, against ([0-9.]+) at 100", note)
