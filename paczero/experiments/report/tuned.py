@@ -163,7 +163,9 @@ def gain_table(cells: list[Cell]) -> str:
     for method, (c, _seed, _grid) in chosen:
         text, _mia = guarantee(c)
         g, o = gains(c), gains(c, "ood_test")
-        pts = budget_curves(c) if ends else []
+        end = curve_end(budget_curves(c)) if ends else ""
+        if end.startswith("still falling"):
+            end += longer_run_noise(c.cfg)
         share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"], True)] \
             if kept else []
         rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", *([str(c.cfg["steps"])] if ends else []),
@@ -171,7 +173,7 @@ def gain_table(cells: list[Cell]) -> str:
                      fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
                      *([fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4)] if ood else []), *share, text,
                      *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3),
-                     *([curve_end(pts) + longer_run_noise(c.cfg, pts)] if ends else [])])
+                     *([end] if ends else [])])
     note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
             "prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss gains below 0 are "
             "improvements. A gain within two standard deviations of 0 is not resolved.")
@@ -264,13 +266,11 @@ def curve_end(points: list[tuple[float, float]], tol: float = FLAT_TOL) -> str:
 LONGER = 4  # how many times as long a run the "still falling" note of a DP cell prices
 
 
-def longer_run_noise(cfg: dict, points: list[tuple[float, float]] | None = None) -> str:
+def longer_run_noise(cfg: dict) -> str:
     """Why a DP-SGD cell whose dev curve still falls is not simply run longer: at its fixed (ε, δ) a run of
     ``LONGER`` times the steps needs a larger noise multiplier on every step (the same accountant's calibration
-    as the run's). "" for other mechanisms, or where the curve does not still fall."""
+    as the run's). "" for other mechanisms."""
     if cfg.get("mechanism") != "dp-sgd" or not cfg.get("epsilon"):
-        return ""
-    if points is not None and not curve_end(points).startswith("still falling"):
         return ""
     from paczero.privacy.dp import calibrate_noise_multiplier
 
