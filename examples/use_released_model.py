@@ -14,7 +14,7 @@ same examples::
 
 The file is CSV, TSV, JSON lines or a JSON list of examples with the template's fields (``sentence``)
 and a ``label``: its integer, or its name when ``task.json`` names the labels; ``--columns`` maps them
-to the file's columns as paczero's ``--columns`` does. Where the file has a ``split`` column, its test
+to the file's columns as paczero's ``--columns`` does (a ``text`` column is the sentence without it). Where the file has a ``split`` column, its test
 rows are scored, as ``paczero eval --data`` scores them. In fp32 the predictions are paczero's; in bf16 the
 option scores are rounded to bf16 (steps of 1/16 at logits near 10) on both sides, each by its own
 arithmetic, so an example whose two options score within a step of each other may fall the other way. A LoRA adapter's base model is
@@ -175,6 +175,8 @@ def main() -> None:
     model, tokenizer, task = load_released(args.model_dir, args.base_model)
     columns = dict(pair.split("=", 1) for pair in args.columns.split(",") if pair)
     examples = [{**e, **{field: e[col] for field, col in columns.items()}} for e in read_examples(args.data)]
+    if "sentence" not in columns:  # a text column is the sentence where the file has no sentence column, as in paczero
+        examples = [e if "sentence" in e or "text" not in e else {**e, "sentence": e["text"]} for e in examples]
     print(json.dumps({"examples": len(examples), **evaluate(model, tokenizer, task, examples)}))
 
 

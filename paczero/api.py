@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.run.build import Given
-from paczero.config import ConfigError, TrainConfig
+from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig
 
 #: what ``eval_dataset`` and ``test_dataset`` rows become: rows of a data file's ``split`` column
 _SPLITS = (("train_dataset", "train"), ("eval_dataset", "validation"), ("test_dataset", "test"))
@@ -125,12 +125,15 @@ class PACZeroTrainer:
         _check_dp_sizes(cfg, self.datasets, self._sizes)
         examples = _examples(cfg, self.datasets, self._sizes)
         if examples is not None:  # the sizes used, as run.json, the statement, the card and the summary state them
-            cfg = cfg.replace(**dict(zip(("n_train", "n_dev", "n_test"), map(len, examples))))
+            used = dict(zip(("n_train", "n_dev", "n_test"), map(len, examples)))
+            if cfg.mechanism in DP_MECHANISMS:  # U's size is private: the public n_train stays its expected size
+                used.pop("n_train")
+            cfg = cfg.replace(**used)
         elif not self._sizes:  # a data file too small for the default sizes is used as given, as on the command line
             from paczero.flags import sizes_as_given
 
             cfg = sizes_as_given(cfg, say=lambda line: log(in_api_words(line)))
-        note = _data_use(self.datasets, examples)
+        note = _data_use(self.datasets, examples, cfg.n_train if cfg.mechanism in DP_MECHANISMS else None)
         if note:
             log(f"paczero: data: {note}")
         given = Given(model=self.model, tokenizer=self.tokenizer, examples=examples, data_use=note)
@@ -254,7 +257,8 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any],
     """(train, dev, test) examples of the datasets given, normalised as a data file with the same rows; None
     when none is given. ``sizes``: the sample sizes of ``cfg`` the caller set; every other split takes every
     row given (train_dataset alone: a fifth for test, a fifth of the rest for dev, unless set)."""
-    from paczero.tasks.data import canonical_rows, canonical_task, class_labels, split_records
+    from paczero.tasks.data import canonical_rows, canonical_task, class_labels
+    from paczero.tasks.split import split_records, stable_split
 
     if datasets["train_dataset"] is None:
         if any(v is not None for v in datasets.values()):
@@ -285,6 +289,9 @@ def _examples(cfg: TrainConfig, datasets: dict[str, Any],
     try:
         for name, rows in given.items():  # each dataset checked apart: a message names its own row
             canonical_rows(task, rows, name, cfg.columns or {}, cfg.labels, classes)
+        if cfg.mechanism in DP_MECHANISMS:  # each row's split from that row alone (paczero/tasks/split.py)
+            return stable_split(task, records, where, n["n_train"], n["n_dev"], n["n_test"], cfg.data_seed,
+                                cfg.columns or {}, cfg.labels, classes, cfg.data_fraction)
         return split_records(task, records, where, n["n_train"], n["n_dev"], n["n_test"], cfg.data_seed,
                              cfg.columns or {}, cfg.labels, classes)
     except ConfigError:
@@ -311,11 +318,14 @@ def _check_dp_sizes(cfg: TrainConfig, datasets: dict[str, Any], sizes: set[str])
         raise dp_sizes_error(cfg.mechanism, " and ".join(", ".join(needed).rsplit(", ", 1)))
 
 
-def _data_use(datasets: dict[str, Any], examples: tuple[list, list, list] | None) -> str | None:
-    """What the run uses each dataset for, in one line (logged, and run.json's ``data_use``)."""
+def _data_use(datasets: dict[str, Any], examples: tuple[list, list, list] | None,
+              expected: int | None = None) -> str | None:
+    """What the run uses each dataset for, in one line (logged, and run.json's ``data_use``). ``expected``: a DP
+    run's public n_train, said in place of U's private size."""
     if examples is None:
         return None
     train, dev, test = (len(x) for x in examples)
+    train = train if expected is None else f"about {expected} (the stable split's)"
     if datasets["eval_dataset"] is None:
         return (f"U = {train} rows of train_dataset; dev = {dev} and test = {test} other rows of it (drawn with "
                 "data_seed; give eval_dataset and test_dataset to choose them)")

@@ -59,6 +59,8 @@ class TrainConfig:
     # task and data
     task: str = "demo"                       # "classification" (your labelled file: --data) | "sst2" | "squad" | "demo" | "completion" (prompt -> completion, or chat messages)
     data: str | None = None                  # a local .jsonl/.json/.csv/.tsv/.parquet file, or "demo"; None: the task's dataset (SST-2, SQuAD: the hub's)
+    dev_data: str | None = None              # a file of its own for dev (read without protection: a public file where dev rows must not be private); every row of data then trains
+    test_data: str | None = None             # a file of its own for test (as dev_data); with dev_data alone, dev is the test set too
     columns: dict[str, str] | None = None    # map task fields to file columns, e.g. {"sentence": "text"}
     template: str | None = None              # classification prompt, with {sentence}; "auto": chosen zero-shot on dev, by dev loss, among the candidates of paczero/tasks/prompts.yaml (with the answer words)
     template_candidates: list[str] | None = None  # template auto: your own templates (each with {sentence}), scored on dev beside the built-in candidates
@@ -69,6 +71,7 @@ class TrainConfig:
     n_dev: int = 500                         # dev examples (model selection), drawn apart from U
     n_test: int | None = None                # None: the task's protocol (all of SST-2 validation, 1000 for SQuAD)
     data_seed: int = 0                       # which examples are drawn for U, dev and test
+    data_fraction: float = 1.0               # DP runs on a file: the public probability that a row is used at all (a keyed hash of the row; rows a split column names dev or test always are)
     # mechanism
     mechanism: str = "pac-zpl"               # what releases each step's bit or value
     num_subsets: int = 128                   # M
@@ -195,6 +198,10 @@ def _check_task(cfg: TrainConfig) -> None:
     integer("n_dev", cfg.n_dev, 1)
     if cfg.n_test is not None:
         integer("n_test", cfg.n_test, 1)
+    need(isinstance(cfg.data_fraction, (int, float)) and not isinstance(cfg.data_fraction, bool)
+         and 0 < cfg.data_fraction <= 1, f"data_fraction must be in (0, 1], got {cfg.data_fraction!r}")
+    need(cfg.data_fraction == 1 or cfg.mechanism in DP_MECHANISMS,
+         "data_fraction applies to a DP run's stable split; other runs draw exactly n_train rows for U")
 
 
 def _check_optimisation(cfg: TrainConfig) -> None:
@@ -370,11 +377,15 @@ def _check_prompt_and_data(cfg: TrainConfig) -> None:
         need(bad is None, f"template may use {' '.join('{' + a + '}' for a in allowed)} only, not {{{bad}}}")
         if cfg.task != "squad":
             need("sentence" in names, "template must contain {sentence}")
-    if cfg.data is not None and cfg.data != "demo":
-        p = Path(cfg.data).expanduser()
-        need(p.is_file(), f"data file {cfg.data!r} does not exist" if not p.exists() else
-             f"data {cfg.data!r} is not a file")
-        need(os.access(p, os.R_OK), f"data file {cfg.data!r} is not readable")
+    for key in ("data", "dev_data", "test_data"):
+        value = getattr(cfg, key)
+        if value is None or (key == "data" and value == "demo"):
+            continue
+        p = Path(value).expanduser()
+        need(p.is_file(), f"{key} file {value!r} does not exist" if not p.exists() else f"{key} {value!r} is not a file")
+        need(os.access(p, os.R_OK), f"{key} file {value!r} is not readable")
+    need((cfg.dev_data is None and cfg.test_data is None) or cfg.data not in (None, "demo"),
+         "dev_data and test_data go with a data file (--data FILE): its rows are the training rows")
 
 
 def _label_key(key: Any) -> Any:

@@ -262,12 +262,13 @@ def recorded_settings(out_dir: str) -> dict[str, Any]:
 
 def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
     """With no sample size set anywhere, a local data file too small for the default sizes is used as given
-    (:func:`paczero.tasks.data.sizes_for_file`); one line (``say``; default: stderr) says how, and the config
+    (:func:`paczero.tasks.split.sizes_for_file`); one line (``say``; default: stderr) says how, and the config
     records it. A DP run takes no size from its data (:func:`check_dp_sizes`)."""
     import sys
     from pathlib import Path
 
-    from paczero.tasks.data import canonical_task, class_labels, sizes_for_file
+    from paczero.tasks.data import canonical_task, class_labels
+    from paczero.tasks.split import sizes_for_file
 
     check_dp_sizes(cfg)
     if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file():

@@ -109,8 +109,8 @@ def train(config: TrainConfig, *, log=print, given: Given | None = None) -> dict
         check_report_to(cfg)  # the tracker's library is installed (paczero/run/trackers.py)
     except ValueError as e:  # under torchrun the other ranks stop with this one (as in `paczero train`)
         stop_ranks(e, config.device)
-    if cfg.data not in (None, "demo"):  # recorded absolute: eval, audit and resume may run elsewhere
-        cfg = cfg.replace(data=_resolved(cfg.data))
+    cfg = cfg.replace(**{k: _resolved(getattr(cfg, k)) for k in ("data", "dev_data", "test_data")  # recorded
+                         if getattr(cfg, k) not in (None, "demo")})  # absolute: eval, audit and resume run elsewhere
     cfg = fit_to_machine(cfg)  # dtype auto and an unset mu resolved (and recorded); torch's threads
     if cfg.resume and cfg.template == AUTO:
         cfg = resume.recorded_choice(cfg)  # the prompt the run chose on dev, not a new choice

@@ -13,7 +13,7 @@ The run is in runs/quickstart/ (its released model in runs/quickstart/model/). N
   source .venv/bin/activate
   paczero eval runs/quickstart                  # the released weights on dev and test again
   paczero audit runs/quickstart --heldout       # the loss attack: U's sentences against held-out ones
-  python examples/use_released_model.py runs/quickstart/model paczero/data/demo_sentiment.jsonl --columns sentence=text
+  python examples/use_released_model.py runs/quickstart/model paczero/data/demo_sentiment.jsonl
                                                 # plain transformers + peft, offline (the file's test rows)
   paczero train --help                          # every setting; README.md: training on your own file
 NEXT

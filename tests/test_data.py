@@ -95,7 +95,7 @@ def test_clear_errors(tmp_path):
         load_splits("imdb")
     with pytest.raises(ValueError, match="not found"):
         load_splits("sst2", source=tmp_path / "missing.jsonl")
-    path = write_rows(tmp_path / "d.jsonl", [{"text": "fine", "label": 1}] * 5)
+    path = write_rows(tmp_path / "d.jsonl", [{"review": "fine", "label": 1}] * 5)
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['sentence'\]"):
         load_splits("sst2", source=path)
     with pytest.raises(ValueError, match="fewer than"):
@@ -165,3 +165,50 @@ def test_hub_protocol_with_a_stand_in_for_load_dataset(monkeypatch):
     assert (len(train), len(dev), len(test)) == (1000, 500, 1000)
     assert test[0]["answers"] == ["A", "a"] and test[0]["id"].startswith("va")
     assert calls == ["stanfordnlp/sst2", "rajpurkar/squad"]
+
+
+def test_a_text_column_is_the_sentence_without_columns(tmp_path):
+    """A file of ``text`` and ``label`` columns trains without ``--columns sentence=text``; a ``sentence``
+    column, where there is one, is still the sentence, and a mapping given still wins. Red when the ``text``
+    fallback is removed from ``canonical_rows`` (the first load raises 'lacks column(s)')."""
+    rows = [{"text": f"t{i}", "sentence": f"s{i}", "other": f"o{i}", "label": i % 2} for i in range(10)]
+    only_text = write_rows(tmp_path / "a.jsonl", [{"text": r["text"], "label": r["label"]} for r in rows])
+    train, _, _ = load_splits("classification", source=only_text, n_train=6, n_dev=2, n_test=2)
+    assert {r["sentence"] for r in train} <= {r["text"] for r in rows}
+    both = write_rows(tmp_path / "b.jsonl", rows)
+    train, _, _ = load_splits("classification", source=both, n_train=6, n_dev=2, n_test=2)
+    assert all(r["sentence"].startswith("s") for r in train)
+    train, _, _ = load_splits("classification", source=both, n_train=6, n_dev=2, n_test=2,
+                              columns={"sentence": "other"})
+    assert all(r["sentence"].startswith("o") for r in train)
+
+
+def test_dev_and_test_files_of_their_own(tmp_path):
+    """``dev_source``/``test_source`` (``--dev-data``/``--test-data``): every row of the data file trains, dev and
+    test are the other files' rows (the dev file alone: it is the test set too), under the exact split and a DP
+    run's stable split alike; a data file with a split column beside them is refused in one line, and so are
+    dev/test files without a data file and a data_fraction for a run that is not DP. Red when the training file's
+    rows are split as if no dev and test files were given (U would lose rows to dev and test)."""
+    from paczero.config import ConfigError, TrainConfig
+
+    train = write_rows(tmp_path / "t.jsonl", [{"text": f"t{i}", "label": i % 2} for i in range(20)])
+    dev = write_rows(tmp_path / "d.jsonl", [{"text": f"d{i}", "label": i % 2} for i in range(6)])
+    test = write_rows(tmp_path / "e.jsonl", [{"text": f"e{i}", "label": i % 2} for i in range(4)])
+    for stable in (False, True):
+        u, d, e = load_splits("classification", source=train, n_train=20, n_dev=6, n_test=4, dev_source=dev,
+                              test_source=test, stable=stable)
+        assert sorted(r["sentence"] for r in u) == sorted(f"t{i}" for i in range(20))
+        assert sorted(r["sentence"] for r in d) == sorted(f"d{i}" for i in range(6))
+        assert sorted(r["sentence"] for r in e) == sorted(f"e{i}" for i in range(4))
+    u, d, e = load_splits("classification", source=train, n_train=20, n_dev=6, n_test=None, dev_source=dev)
+    assert len(u) == 20 and sorted(map(str, d)) == sorted(map(str, e))
+    named = write_rows(tmp_path / "s.jsonl", [{"text": f"s{i}", "label": i % 2, "split": "train"} for i in range(9)])
+    with pytest.raises(ValueError, match="has a split column"):
+        load_splits("classification", source=named, n_train=9, n_dev=6, dev_source=dev)
+    with pytest.raises(ConfigError, match="dev_data and test_data go with a data file"):
+        TrainConfig(task="sst2", dev_data=str(dev)).validate()
+    with pytest.raises(ConfigError, match="dev_data file"):
+        TrainConfig(task="classification", data=str(train), dev_data=str(tmp_path / "missing.jsonl")).validate()
+    with pytest.raises(ConfigError, match="data_fraction applies to a DP run"):
+        TrainConfig(task="classification", data=str(train), data_fraction=0.5).validate()
+    TrainConfig(task="classification", data=str(train), data_fraction=0.5, mechanism="dp-sgd", epsilon=1.0).validate()

@@ -94,8 +94,9 @@ def privacy_statement_text(statement: dict[str, Any], cfg) -> str:
     if statement.get("private") is not False and src != "os-entropy":
         lines.append(f"WARNING: secret randomness from a {src}.")
     chosen = " and the prompt (template auto)" if statement.get("prompt_selection") else ""
+    dev_rows = "" if mech in DP_MECHANISMS else f"{cfg.n_dev} "  # a DP run's dev: the rows its stable split drew
     lines.append(f"Dev-best selection reads only dev metrics: post-processing, no cost to the guarantee above; the "
-                 f"{cfg.n_dev} dev examples that choose the released step{chosen} are not covered by it."
+                 f"{dev_rows}dev examples that choose the released step{chosen} are not covered by it."
                  if cfg.dev_best else "Final weights released (no selection).")
     if statement.get("prompt_selection") and not cfg.dev_best:
         lines.append(f"The prompt was chosen on the {cfg.n_dev} dev examples (template auto); they are not covered "
@@ -124,7 +125,10 @@ def plain_guarantee(statement: dict[str, Any], n_train: int) -> str | None:
                 f"adding or removing any one record of the training data changes the chance of anything it "
                 f"releases by at most a factor e^epsilon = {_num(None if eps is None else math.exp(eps), '.3g')} "
                 f"(plus delta), so an attacker tells whether a given record was used{odds}. This covers every "
-                "record: what the model reveals about it, and whether it was used.")
+                "training record (a row of U): what the model reveals about it, and whether it was used. The dev and "
+                "test rows are not covered: they are read without protection (dev chooses the released step, test's "
+                "metrics are published); where they must stay private, give public dev and test files (--dev-data, "
+                "--test-data).")
     return (f"In plain words: this run hides which of the {n_train} training records were in the secret half "
             f"(S*) that trained the model: an attacker who holds all {n_train} tells a record's half{odds}. "
             "It does not hide the records themselves, nor that they were used.")

@@ -105,9 +105,13 @@ def build(cfg: TrainConfig, *, with_model: bool = True, examples: tuple[list, li
     else:
         train_ex, dev_ex, test_ex = load_splits(cfg.task, source=cfg.data, n_train=cfg.n_train, n_dev=cfg.n_dev,
                                                 n_test=cfg.n_test, seed=cfg.data_seed, columns=cfg.columns,
-                                                labels=cfg.labels, classes=classes_of(cfg))
-    if examples is None and len(train_ex) < 2:
-        raise ConfigError(f"the training universe needs at least 2 examples, got {len(train_ex)}")
+                                                labels=cfg.labels, classes=classes_of(cfg),
+                                                stable=cfg.mechanism in DP_MECHANISMS,
+                                                data_fraction=cfg.data_fraction,
+                                                dev_source=cfg.dev_data, test_source=cfg.test_data)
+    if examples is None and len(train_ex) < 2:  # a DP run's U size is private: the line names none
+        got = "" if cfg.mechanism in DP_MECHANISMS else f", got {len(train_ex)}"
+        raise ConfigError(f"the training universe needs at least 2 examples{got}")
     if given.tokenizer is not None:  # a copy: the caller's own tokenizer keeps its padding side
         tokenizer = prepare_tokenizer(copy.deepcopy(given.tokenizer))
     else:  # the prompts are built and checked (labels, template) before the model
@@ -277,12 +281,14 @@ def _placed(model) -> bool:
 
 def _warn_truncated(cfg: TrainConfig, cut: list[int], sizes: list[int]) -> None:
     """One warning naming how many examples of each split lost tokens to ``max_length`` (the DP baselines'
-    universe is private under add-or-remove adjacency: its count is not named)."""
+    universe is private under add-or-remove adjacency: its rows are not named, nor whether any was cut)."""
     if not any(cut):
         return
-    private = cfg.mechanism in DP_MECHANISMS
-    parts = [("some" if private and name == "training" else f"{c} of {n}") + f" {name}"
-             for c, n, name in zip(cut, sizes, ("training", "dev", "test")) if c]
+    private = cfg.mechanism in DP_MECHANISMS  # whether a private training row is long is not said either
+    parts = [f"{c} of {n} {name}" for c, n, name in zip(cut, sizes, ("training", "dev", "test"))
+             if c and not (private and name == "training")]
+    if not parts:
+        return
     logging.getLogger(__name__).warning(
         f"{', '.join(parts)} examples are longer than max_length ({cfg.max_length} tokens) and lose tokens from "
         "the left (the start of their text); raise --max-length to keep them whole")
@@ -334,8 +340,17 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
 
 
 def split_sizes(setup: Setup) -> dict[str, int]:
-    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state."""
-    return {"universe": len(setup.universe), "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
+    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state. A DP run's
+    universe is stated as the public ``n_train`` (its expected size: the true one is private under
+    add-or-remove adjacency, :func:`paczero.tasks.split.stable_split`)."""
+    universe = setup.cfg.n_train if stable_universe(setup) else len(setup.universe)
+    return {"universe": universe, "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
+
+
+def stable_universe(setup: Setup) -> bool:
+    """Whether the run's U was drawn by the stable split (a DP run on a file or on rows given in memory): its
+    size is then private, and every public place states the public n_train."""
+    return setup.cfg.mechanism in DP_MECHANISMS and (setup.cfg.data not in (None, "demo") or "data" in setup.in_memory)
 
 
 #: fewer dev or test rows than this and a run says once that their scores resolve little
@@ -377,6 +392,8 @@ def check_sizes(setup: Setup) -> None:
     the privacy statement and the model card state): a run whose examples have other sizes is a bug."""
     cfg, sizes = setup.cfg, split_sizes(setup)
     stated = {"universe": cfg.n_train, "dev": cfg.n_dev, "test": cfg.n_test if cfg.n_test is not None else sizes["test"]}
+    if stable_universe(setup):  # dev and test: every row the stable split drew for them (expected sizes)
+        stated.update(dev=sizes["dev"], test=sizes["test"])
     if sizes != stated:
         raise RuntimeError(f"the run's examples ({sizes}) are not the sizes its config states ({stated})")
 

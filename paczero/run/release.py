@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from paczero.config import FIRST_ORDER, PAC_PRIVATE, ConfigError, TrainConfig
+from paczero.config import DP_MECHANISMS, FIRST_ORDER, PAC_PRIVATE, ConfigError, TrainConfig
 from paczero.privacy.statement import guarantee_summary, plain_guarantee
 
 TASK_FILE = "task.json"
@@ -199,8 +199,8 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         *([f"**Privacy:** {plain}", ""] if plain else []),
         f"- Base model: `{shown}`" + (f" ({base['note']})." if base["note"] else "."),
         f"- Trained: {track}, dtype {cfg['dtype']}.",
-        f"- Task: {cfg['task']} on {data}: a training universe of {cfg['n_train']} examples, {cfg['n_dev']} dev "
-        f"examples (selection), {_tested(summary)}.",
+        f"- Task: {cfg['task']} on {data}: {_universe_words(summary)}, "
+        f"{(summary.get('sizes') or {}).get('dev', cfg['n_dev'])} dev examples (selection), {_tested(summary)}.",
         _training_line(cfg),
         *_prompt_lines(summary.get("prompt")),
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
@@ -449,6 +449,16 @@ def push_finished_run(cfg, *, api=None, log=print) -> str:
                         f"{cfg.push_to_hub}") from e
     log(f"pushed to {url}")
     return url
+
+
+def _universe_words(summary: dict) -> str:
+    """The training universe's size as the card states it: a DP run's is private (its stable split draws each
+    row apart; paczero/tasks/split.py), so its card states the public expected size."""
+    cfg = summary["config"]
+    sampled = cfg.get("data") == "demo" or (cfg.get("data") is None and cfg.get("task") in ("sst2", "squad"))
+    if (summary.get("privacy") or {}).get("mechanism") in DP_MECHANISMS and not sampled:  # a file or rows given
+        return f"a training universe of about {cfg['n_train']} examples (its exact size is private)"
+    return f"a training universe of {cfg['n_train']} examples"
 
 
 def _training_line(cfg: dict) -> str:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from paczero.tasks.batching import Batch, Encoded, collect
 from paczero.tasks.classification import SST2_TEMPLATE, SST2_VERBALIZER, ClassificationTask
-from paczero.tasks.data import TASK_ALIASES, canonical_task, load_splits
+from paczero.tasks.data import TASK_ALIASES, canonical_task
+from paczero.tasks.split import load_splits
 
 __all__ = [
     "Batch",

@@ -1,25 +1,19 @@
-"""Loading the train, dev and test splits.
+"""Reading a task's examples and normalising them (splitting them: :mod:`paczero.tasks.split`).
 
-``load_splits(task)`` follows the paper's protocol by default: ``n_train`` and
-``n_dev`` examples sampled (seeded, disjoint) from the train split, and the
-test split taken from the validation split (all 872 for SST-2, 1000 sampled for
-SQuAD). ``source`` may instead name a local ``.jsonl``/``.json``/``.csv``/
-``.tsv``/``.parquet`` file or ``"demo"`` (the sentiment set shipped with the
-package). Every example comes back as a plain dict with the task's canonical
-fields: ``sentence``/``label`` for classification, ``id``/``title``/
-``context``/``question``/``answers`` (a list of strings) for SQuAD.
+A local ``.jsonl``/``.json``/``.csv``/``.tsv``/``.parquet`` file is read as rows of named fields
+(:func:`read_records`) and each row becomes a plain dict with the task's canonical fields
+(:func:`canonical_rows`): ``sentence``/``label`` for classification, ``id``/``title``/``context``/``question``/
+``answers`` (a list of strings) for SQuAD, ``prompt``/``completion`` or ``messages`` for completion. Errors are one
+line naming the file's row.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
-
-import numpy as np
 
 DEMO_PATH = Path(__file__).resolve().parent.parent / "data" / "demo_sentiment.jsonl"
 SUPPORT_DEMO_PATH = DEMO_PATH.with_name("demo_support_replies.jsonl")  # the completion task's example set
@@ -68,87 +62,6 @@ def canonical_task(name: str) -> str:
         raise ValueError(f"unknown task {name!r}; choose one of {sorted(set(TASK_ALIASES.values()))}")
     return TASK_ALIASES[key]
 
-
-def load_splits(
-    task_name: str,
-    source: str | Path | None = None,
-    n_train: int | None = 1000,
-    n_dev: int | None = 500,
-    n_test: int | None = None,
-    seed: int = 0,
-    columns: Mapping[str, str] | None = None,
-    labels: Sequence[str] | None = None,
-    classes: frozenset[int] | None = None,
-) -> tuple[list[dict], list[dict], list[dict]]:
-    """``(train, dev, test)`` lists of example dicts for ``task_name``.
-
-    ``source``: ``None`` (the hub dataset; the demo set for task ``demo``),
-    ``"demo"`` or a local file path. ``columns`` maps canonical field names to
-    the file's column names (``{"sentence": "text"}``); unmapped fields are read
-    from columns of the same name. ``n_train=None`` takes every train example
-    left after the dev sample; ``n_dev=None`` likewise; ``n_test=None`` keeps
-    the task default (whole split, 1000 for SQuAD, 20% when carved from one
-    file). Sampling is seeded and the three splits are disjoint. ``labels`` names the classes of a
-    classification task: a label that is one of the names becomes its position (integer labels stay).
-    ``classes``: the integer labels the task scores (:func:`class_labels`); a row with another label is
-    refused, naming its row of the file, before any tokenizer or model loads.
-    """
-    task = canonical_task(task_name)
-    for name, value in (("n_train", n_train), ("n_dev", n_dev), ("n_test", n_test)):
-        if value is not None and int(value) < 0:
-            raise ValueError(f"{name} must be >= 0, got {value}")
-    if source is None and task in ("demo", "completion"):
-        source = "demo"
-    if source is not None and str(source) == "demo" and task == "completion":
-        source = SUPPORT_DEMO_PATH
-    elif source is not None and str(source) == "demo":
-        source, columns = DEMO_PATH, {**DEMO_COLUMNS, **(columns or {})}
-    if source is None and task not in HUB:
-        raise ValueError(f"task {task} reads your labelled file: give --data FILE (docs/tasks.md)")
-    if source is None:
-        return _load_hub(task, n_train, n_dev, n_test, seed)
-    return _load_file(task, Path(source), n_train, n_dev, n_test, seed, columns or {}, labels, classes)
-
-
-@contextlib.contextmanager
-def _hub_offline(offline: bool):
-    """huggingface_hub's and datasets' offline mode while the block runs (if ``offline``): a cached dataset
-    loads, anything else fails at once."""
-    if not offline:
-        yield
-        return
-    import datasets.config
-    from huggingface_hub import constants
-
-    saved = constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE, datasets.config.HF_HUB_OFFLINE = saved
-
-
-# -- hub datasets ------------------------------------------------------------------
-def _load_hub(task, n_train, n_dev, n_test, seed):
-    import datasets  # lazy: importing datasets is slow and needs no network until here
-
-    from paczero.models import hub_unreachable
-
-    unreachable = hub_unreachable()  # then only the cache is read: each request would retry for about 25 s
-    try:
-        with _hub_offline(unreachable is not None):
-            data = datasets.load_dataset(HUB[task])
-    except (OSError, ValueError) as exc:  # offline, unreachable or unknown: ConnectionError, DatasetNotFoundError
-        reason = (f"the hub cannot be reached ({unreachable}) and the dataset is not in the datasets cache"
-                  if unreachable else str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__)
-        raise ValueError(f"cannot load the {task} dataset ({HUB[task]}) from the Hugging Face hub: {reason}; "
-                         f"connect once (it is cached), or give a local file with --data (docs/tasks.md)") from None
-    train_pool = [_canonical(task, row) for row in data["train"]]
-    test_pool = [_canonical(task, row) for row in data["validation"]]
-    rng = np.random.default_rng(seed)
-    train, dev = _sample_train_dev(train_pool, n_train, n_dev, rng, "train split")
-    test = _sample(test_pool, n_test if n_test is not None else DEFAULT_TEST[task], rng, "validation split")
-    return train, dev, test
 
 
 # -- local files ---------------------------------------------------------------------
@@ -214,30 +127,6 @@ def _records(numbered: list[tuple[int, Any]], path: Path, unit: str) -> list[dic
     return [record for _, record in numbered]
 
 
-def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None, classes=None) -> dict | None:
-    """None when the local file ``path`` holds enough rows for ``sizes`` (n_train, n_dev, n_test); else the
-    sizes that use its rows as given, as :mod:`paczero.api` uses a ``train_dataset``: a split column's
-    train and test rows whole (dev: its dev rows, else a fifth of train), else a fifth of the rows for test,
-    a fifth of the rest for dev and the rest as U. A file that cannot be split at all raises its one-line
-    ValueError."""
-    records = read_records(Path(path))
-    try:
-        split_records(task, records, str(path), sizes["n_train"], sizes["n_dev"], sizes["n_test"], seed, columns,
-                      labels, classes)
-        return None
-    except ValueError:
-        pass
-    if records and "split" in records[0]:
-        names = [str(r.get("split", "")).strip().lower() for r in records]
-        own_dev = "test" in names and any(name in DEV_SPLITS for name in names)
-        n_dev = None if own_dev else max(1, round(0.2 * names.count("train")))
-    else:
-        n_test = max(1, round(0.2 * len(records))) if len(records) > 1 else 0
-        n_dev = max(1, round(0.2 * (len(records) - n_test)))
-    train, dev, test = split_records(task, records, str(path), None, n_dev, None, seed, columns, labels, classes)
-    return {"n_train": len(train), "n_dev": len(dev), "n_test": len(test)}
-
-
 def same_columns(data: str | Path, columns: Mapping[str, str] | None) -> dict | None:
     """A run's column mapping for another file (``paczero eval --data FILE``) where that file holds every column
     the mapping names; else None (the task's own field names, and a missing one gets its --columns hint)."""
@@ -248,10 +137,6 @@ def same_columns(data: str | Path, columns: Mapping[str, str] | None) -> dict | 
     except ValueError:
         return None  # the evaluation reads it again and says what is wrong
     return dict(columns) if records and set(columns.values()) <= set(records[0]) else None
-
-
-def _load_file(task, path, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
-    return split_records(task, read_records(path), str(path), n_train, n_dev, n_test, seed, columns, labels, classes)
 
 
 def class_labels(task: str, verbalizer: Mapping | None = None, labels: Sequence[str] | None = None):
@@ -281,6 +166,8 @@ def canonical_rows(task, records, where, columns, labels=None, classes=None) -> 
         raise ValueError(f"columns mapping names unknown field(s) {unknown}; fields of {task}: {list(FIELDS[task])}")
     wanted = {field: columns.get(field, field) for field in FIELDS[task]}
     present = set(records[0])
+    if task in CLASSIFICATION and "sentence" not in columns and "sentence" not in present and "text" in present:
+        wanted["sentence"] = "text"  # the usual name of a labelled file's text column, read without --columns
     if task == "squad":  # id and title are optional in local files
         optional = {f for f in ("id", "title") if f not in columns}
     elif task == "completion":  # prompt and completion, or messages; a reference answer if any
@@ -331,87 +218,6 @@ def _delimiter_hint(header: list) -> str | None:
             return (f"header is one column, {header[0]!r}: are its values separated by {name}? A .csv file is read "
                     f"with commas ({fix})")
     return None
-
-
-def _refuse_one_class(task: str, rows: list[dict], where: str, labels: Sequence[str] | None) -> None:
-    """A classification file whose training rows all hold one label cannot train a classifier: one line."""
-    if task not in CLASSIFICATION or not rows:
-        return
-    found = {row["label"] for row in rows}
-    if len(found) == 1:
-        label = next(iter(found))
-        name = repr(labels[label]) if labels and 0 <= label < len(labels) else str(label)
-        raise ValueError(f"{where}: every training row has label {name}, one class; a classifier trains on rows "
-                         "of at least two classes (is the label column the right one? --columns label=COLUMN)")
-
-
-def split_records(task, records, where, n_train, n_dev, n_test, seed, columns, labels=None, classes=None):
-    """``(train, dev, test)`` example lists of ``records``, the rows of a local file or of a table given in
-    memory (:mod:`paczero.api`), normalised and split alike (``where`` names them in messages): a ``split``
-    column assigns rows to splits, else test, train and dev are sampled (seeded, disjoint) from all rows."""
-    rows = canonical_rows(task, records, where, columns, labels, classes)
-    present = set(records[0])
-    rng = np.random.default_rng(seed)
-    splits = [str(r.get("split", "")).strip().lower() for r in records] if "split" in present else None
-    if n_train != 0:  # rows to train on (not paczero eval's whole file)
-        _refuse_one_class(task, rows if splits is None else [r for r, n in zip(rows, splits) if n == "train"],
-                          where, labels)
-    if splits is None:
-        default_test = max(1, round(0.2 * len(rows))) if len(rows) > 1 else 0
-        n_test = default_test if n_test is None else int(n_test)
-        if n_test > len(rows):
-            raise ValueError(f"{where} has {len(rows)} examples, fewer than n_test={n_test}")
-        order = rng.permutation(len(rows))
-        test = [rows[i] for i in order[:n_test]]
-        pool = [rows[i] for i in order[n_test:]]
-        train, dev = _sample_train_dev(pool, n_train, n_dev, rng, f"{where} (after {n_test} test examples)")
-        return train, dev, test
-
-    by_split: dict[str, list[dict]] = {}
-    for name, row in zip(splits, rows):
-        by_split.setdefault(name, []).append(row)
-    if "train" not in by_split:
-        raise ValueError(f"{where} has a split column but no 'train' rows (splits: {sorted(by_split)})")
-    dev_name = next((s for s in DEV_SPLITS if s in by_split), None)
-    if "test" in by_split:
-        test_pool = by_split["test"]
-    elif dev_name is not None:
-        test_pool, dev_name = by_split.pop(dev_name), None
-    else:
-        raise ValueError(f"{where} has a split column but no 'test' or validation rows (splits: {sorted(by_split)})")
-    if dev_name is None:
-        train, dev = _sample_train_dev(by_split["train"], n_train, n_dev, rng, f"{where} 'train' rows")
-    else:
-        dev = _sample(by_split[dev_name], n_dev, rng, f"{where} {dev_name!r} rows")
-        train = _sample(by_split["train"], n_train, rng, f"{where} 'train' rows")
-    test = _sample(test_pool, n_test, rng, f"{where} test rows")
-    return train, dev, test
-
-
-# -- sampling and field normalisation ------------------------------------------------
-def _sample(pool: Sequence[dict], n: int | None, rng, where: str) -> list[dict]:
-    """``n`` seeded picks from ``pool`` (all of it, in order, when ``n`` is None)."""
-    if n is None:
-        return list(pool)
-    if n > len(pool):
-        raise ValueError(f"{where} has {len(pool)} examples, fewer than the {n} requested")
-    return [pool[i] for i in rng.permutation(len(pool))[:n]]
-
-
-def _sample_train_dev(pool, n_train, n_dev, rng, where):
-    """Disjoint seeded train and dev samples from one pool (dev drawn after train)."""
-    if n_train is None and n_dev is None:
-        raise ValueError("n_train and n_dev cannot both be None when dev is carved from the train pool")
-    want_train = n_train if n_train is not None else len(pool) - n_dev
-    want_dev = n_dev if n_dev is not None else len(pool) - n_train
-    if want_train < 0 or want_dev < 0 or want_train + want_dev > len(pool):
-        raise ValueError(
-            f"{where} has {len(pool)} examples, fewer than n_train+n_dev={n_train}+{n_dev}"
-        )
-    order = rng.permutation(len(pool))
-    train = [pool[i] for i in order[:want_train]]
-    dev = [pool[i] for i in order[want_train:want_train + want_dev]]
-    return train, dev
 
 
 def _canonical(task: str, row: Mapping, where: str = "dataset row", labels: Sequence[str] | None = None,
