@@ -1,5 +1,5 @@
-"""The published pages name no folder of the machine that wrote them: README, docs/ (the result pages, their
-runs.csv and the runs they keep), the recipes' READMEs and the examples."""
+"""The published pages name no folder of the machine that wrote them: README, docs/ (the result pages),
+results/ (their runs.csv and the runs they keep), the recipes' READMEs and the examples."""
 from __future__ import annotations
 
 import re
@@ -13,7 +13,7 @@ MACHINE_PATH = re.compile(r"(?<![\w./~-])/(?:work|tmp|home|root|Users|scratch|mn
 #: explicit examples that may name such a folder, each with its reason: (file relative to the repository, text)
 ALLOWED: list[tuple[str, str]] = []  # none today
 
-PUBLISHED = ("README.md", "CHANGELOG.md", "docs", "examples", "paczero/recipes")
+PUBLISHED = ("README.md", "CHANGELOG.md", "docs", "results", "examples", "paczero/recipes")
 SUFFIXES = {".md", ".csv", ".json", ".jsonl", ".yaml", ".yml", ".py", ".txt"}
 
 
@@ -43,9 +43,9 @@ def test_the_pattern_finds_an_absolute_path_and_not_a_relative_one():
 
 
 def test_no_published_page_names_a_folder_of_the_machine_that_wrote_it():
-    """README, CHANGELOG, docs/ (every result page, runs.csv and kept run), examples/ and the recipes hold no
-    absolute path under /work, /tmp, /home, /root, /Users, /scratch or /mnt. Red if a report's page, its
-    kept runs or a hand-written page quote one (``paczero report`` writes paths as typed, relative to the
+    """README, CHANGELOG, docs/ (every result page), results/ (every runs.csv and kept run), examples/ and the
+    recipes hold no absolute path under /work, /tmp, /home, /root, /Users, /scratch or /mnt. Red if a report's
+    page, its kept runs or a hand-written page quote one (``paczero report`` writes paths as typed, relative to the
     folder it ran in, or as PATH/...: docs/outputs.md, "Paths in what a sweep and a report publish")."""
     files = published_files()
     assert len(files) > 300  # the result pages' kept runs are among them

@@ -454,13 +454,15 @@ def test_the_cpu_scale_table_sets_every_method_beside_its_guarantee_and_cost(tmp
 
 @pytest.mark.slow  # two whole reports with their plots: about 4 s
 def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_path, monkeypatch):
-    """``paczero report RUNS --out OUT --markdown MD --keep-runs`` copies the runs' small files into OUT/runs;
-    the report written from OUT/runs is the same Markdown, byte for byte, and names the sweep and report
-    commands that made it. Red if a file the report reads is not kept (the curves of log.jsonl, the wall time of
-    sweep.jsonl, the recipe of seed<k>.yaml), if the weights or checkpoints are copied, or if the kept
-    sweep.jsonl still holds a DP run's times."""
-    root, out = tmp_path / "runs", tmp_path / "docs" / "results"
-    md = tmp_path / "docs" / "results.md"
+    """``paczero report RUNS --out results/TABLE --markdown docs/results/TABLE.md --keep-runs`` (the repository's
+    layout: data under results/, the page under docs/) copies the runs' small files into results/TABLE/runs;
+    the report written from them is the same Markdown, byte for byte, and names the sweep and report commands
+    that made it; every link of the page reaches its plot from docs/results/. Red if a file the report reads is
+    not kept (the curves of log.jsonl, the wall time of sweep.jsonl, the recipe of seed<k>.yaml), if the weights
+    or checkpoints are copied, if the kept sweep.jsonl still holds a DP run's times, or if the page's links are
+    written relative to OUT instead of the page (``relpath(p, out_dir)``: ``plots/...`` from docs/results/)."""
+    root, out = tmp_path / "runs", tmp_path / "results" / "cpu-scale"
+    md = tmp_path / "docs" / "results" / "cpu-scale.md"
     data = tmp_path / "imdb.jsonl"
     _cpu_scale_sweep(root, data)
     monkeypatch.chdir(tmp_path)
@@ -470,9 +472,13 @@ def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_
     assert md.read_text() == first
     # paths inside the folder the report ran in: relative to it (docs/outputs.md, "Paths in what a report publishes")
     assert "paczero sweep cpu-scale --seeds 0 1 2 --out-root runs --set data=imdb.jsonl\n" in first
-    assert "paczero report runs --out docs/results --markdown docs/results.md --keep-runs\n" in first
+    assert ("paczero report runs --out results/cpu-scale --markdown docs/results/cpu-scale.md --keep-runs\n"
+            in first)
     assert "(plots/curves/cpu-scale_smollm2-lora-zpl.png)" not in first  # links are relative to the Markdown
-    assert "(results/plots/curves/cpu-scale_smollm2-lora-zpl.png)" in first
+    assert "(../../results/cpu-scale/plots/curves/cpu-scale_smollm2-lora-zpl.png)" in first
+    links = re.findall(r"\]\(([^)]+)\)", first.split("## Plots", 1)[1])
+    assert len(links) >= 10 and all((md.parent / link).is_file() for link in links), links
+    assert not [p for p in (tmp_path / "docs").rglob("*") if p.is_file() and p != md]  # the page alone in docs/
     kept = {p.relative_to(out / "runs").as_posix() for p in (out / "runs").rglob("*") if p.is_file()}
     assert "cpu-scale/smollm2-lora-zpl/seed0.yaml" in kept and "sweep.jsonl" in kept
     assert {p.split("/")[-1] for p in kept} == {"summary.json", "log.jsonl", "seed0.yaml", "seed1.yaml", "seed2.yaml",
