@@ -38,12 +38,23 @@ def practitioner_cells(path: Path = PRACTITIONER, table: str = "cpu-practitioner
     cells = []
     for method, m in grid["methods"].items():
         for lr in m["lrs"]:
-            cfg = {**CPU_SHARED, **grid["shared"], **m["config"], "lr": lr}
+            cfg = dp_fraction({**CPU_SHARED, **grid["shared"], **m["config"], "lr": lr},
+                              grid.get("dp_pool_rows", CPU["dp_pool_rows"]), grid.get("dp_test_named", False))
             cells.append({"table": table, "cell": f"{method}-lr{sci(lr)}", "cfg": cfg,
                           "title": f"{m['title']}, lr {sci(lr)}", "seeds": grid.get("seeds", CPU_SEEDS),
                           "source": "", "paper": None, "forwards": m["forwards"], "method": method,
                           "data": grid.get("data", CPU_DATA), "ood": grid.get("ood", TUNED_OOD)})
     return cells
+
+
+def dp_fraction(cfg: dict, pool_rows: int, test_named: bool) -> dict:
+    """A DP cell's config with the data_fraction that keeps about the rows its sizes ask for of a benchmark file
+    of ``pool_rows`` public rows (the stable split of a DP run draws each row apart, so the sizes are expected
+    ones; ``test_named``: the file names its test rows, which are used whole); other cells unchanged."""
+    if cfg.get("mechanism") not in ("dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd"):
+        return cfg
+    wanted = cfg["n_train"] + cfg["n_dev"] + (0 if test_named else cfg["n_test"])
+    return {**cfg, "data_fraction": round(wanted / pool_rows, 6)} if wanted < pool_rows else cfg
 
 
 def tuned_cells() -> list[dict]:

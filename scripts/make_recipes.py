@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from cpu_tables import (CPU_DATA, CPU_REGIME_SHARED, CPU_SEEDS, CPU_SHARED, TEMPLATES, TUNED_OOD, cpu_regime_readme,
-                        cpu_scale_readme, cpu_tuned_readme, run_seconds, sci, tuned_cells, TUNED_GRIDS)
+from cpu_tables import (CPU, CPU_DATA, CPU_REGIME_SHARED, CPU_SEEDS, CPU_SHARED, TEMPLATES, TUNED_OOD, cpu_regime_readme,
+                        cpu_scale_readme, cpu_tuned_readme, dp_fraction, run_seconds, sci, tuned_cells, TUNED_GRIDS)
 
 ROOT = Path(__file__).resolve().parents[1] / "paczero" / "recipes"
 GRID, CITED = ROOT / "grid.csv", ROOT / "cited_results.csv"
@@ -46,6 +46,8 @@ def read_grid(path: Path = GRID) -> list[dict]:
         values = {k: json.loads(v) for k, v in row.items() if k not in meta and v != ""}
         shared = {"cpu": CPU_SHARED, "cpu-regime": CPU_REGIME_SHARED}.get(row["base"])
         cfg = {**(shared if shared is not None else base(*row["base"].split())), **values}
+        if shared is not None:  # the CPU tables' file: a DP cell keeps about its sizes' rows of it
+            cfg = dp_fraction(cfg, CPU["dp_pool_rows"], test_named=False)
         cells.append({"table": row["table"], "cell": row["cell"], "title": row["title"], "cfg": cfg,
                       "seeds": [int(s) for s in row["seeds"].split()], "source": row["source"], "paper": _paper(row),
                       "forwards": json.loads(row["forwards"]) if row["forwards"] else None,
