@@ -208,7 +208,7 @@ def test_a_dataframe_a_list_of_dicts_and_a_file_give_the_dataset_s_examples(tmp_
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(train_dataset=[{"text": "a", "label": 0}] * 40), "lacks column(s) ['sentence']"),
+    (dict(train_dataset=[{"review": "a", "label": 0}] * 40), "lacks column(s) ['sentence']"),
     (dict(train_dataset="rows.jsonl"), "a data file goes in the config's data setting"),
     (dict(model="facebook/opt-125m"), "a model name or path goes in the config's model setting"),
     (dict(model=torch.nn.Linear(2, 2)), "must be a causal language model object"),

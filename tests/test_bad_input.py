@@ -362,7 +362,8 @@ def test_python_dash_m_paczero_is_the_command():
 
 
 def _parsed(argv: list[str]):
-    from paczero.cli import _build_parser, config_from_args
+    from paczero.cli import _build_parser
+    from paczero.flags import config_from_args
 
     ns = _build_parser().parse_args(argv)
     return ns, (config_from_args(ns) if ns.command == "train" else None)

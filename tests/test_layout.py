@@ -87,7 +87,8 @@ FLOORS = [
     ["audit"],                                    # audits of finished runs (and the loss attack a run may end with)
     ["train"],                                    # the loop
     ["evaluate", "api", "experiments", "bench"],  # paczero eval, the Python API, sweeps/report/regime, the benchmark
-    ["cli", "__main__"],                          # the command line
+    ["commands"],                                 # the commands, a module a family
+    ["cli", "__main__"],                          # the command line (assembles the commands)
 ]
 MAX_TOP_MODULES = 10
 

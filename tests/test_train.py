@@ -115,7 +115,7 @@ def test_squad_both_objectives(tmp_path):
 def test_the_squad_recipes_f1_objective_runs_end_to_end_on_a_local_file(tmp_path):
     """A shipped SQuAD recipe (objective f1 and the scripts' generation settings) trains and evaluates on a small
     local SQuAD-format file with a tiny model: every train loss is minus a generation F1 (an NLL mutant is > 0)."""
-    from paczero.cli import config_from_args
+    from paczero.flags import config_from_args
     import argparse
 
     rows = []
