@@ -681,7 +681,8 @@ def test_a_first_order_run_killed_anywhere_resumes_to_the_uninterrupted_run(mech
     (weights, AdamW's state of the final checkpoint, transcript, evaluations, summary with its privacy
     statement, released model), and no process drew the batch or the noise of a step the journal held when
     it began (tests/killpoints.py's trace). The kept gradients and AdamW's state are owner-only, in
-    ``private/`` and the checkpoint.
+    ``private/`` and the checkpoint; a logged step whose kept gradient is gone stops the resume with one line,
+    nothing written.
 
     Mutations tried: the resume does not load AdamW's state (red: the weights and the final optimizer state
     differ); the mechanism's state comes from the checkpoint instead of the journal, so the private stream is
@@ -711,6 +712,14 @@ def test_a_first_order_run_killed_anywhere_resumes_to_the_uninterrupted_run(mech
     assert [k.name for k in kept] == ["step-000004.safetensors", "step-000005.safetensors"]
     assert all(oct(k.stat().st_mode & 0o777) == "0o600" for k in kept)
     assert oct((work / "checkpoints" / "step-000004" / "optimizer.safetensors").stat().st_mode & 0o777) == "0o600"
+    files = _files(out)
+    kept[1].rename(tmp_path / "aside")  # a logged step with no gradient to replay: one line, nothing written
+    assert main(_flags(out, **extra) + ["--resume"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("paczero: dtype auto:")]
+    assert err == ["paczero: error: cannot resume: the update of logged step 5 is not in private/updates/; start the "
+                   "run again in another folder"]
+    (tmp_path / "aside").rename(kept[1])
+    assert _files(out) == files
     traced_run("kill_after_journal", 7, resume=True)
     assert (_steps_logged(work), _journaled(work)) == (7, 8)
     traced_run("kill_in_checkpoint", 8, resume=True)
