@@ -9,6 +9,10 @@ A run directory holds::
       journal.jsonl     mode 0600: each step's record and the mechanism's state after it, written
                         before the record reaches log.jsonl (paczero.run.journal: a logged step is final);
                         every number fixed-width, so its size says nothing of j*
+      updates/step-NNNNNN.safetensors
+                        mode 0600, first-order runs (dp-sgd, adamw): the gradient step NNNNNN handed to
+                        AdamW, written before its journal line, kept until no checkpoint kept predates it
+                        (paczero.fo.state: a resume replays it instead of executing the step again)
       stage/            a DP run's folder until the run ends: every file below is written here first and
                         published once, at the end, as fresh copies (paczero.run.publish)
     evals.jsonl         one record per evaluation
@@ -17,6 +21,7 @@ A run directory holds::
         public.json           step, dev-best bookkeeping, zero-shot metrics, seconds so far
         private.json          mode 0600: mechanism state (secret index, posterior,
                               design, private generator state)
+        optimizer.safetensors mode 0600, first-order runs: AdamW's moments and step counts
         manifest.json         sha256 of each file above
     best/weights.safetensors  dev-best trainable weights (selection reads dev metrics only)
     selected.safetensors      the released trainable weights (dev-best, or final)
@@ -54,6 +59,8 @@ KEEP = 2
 PRIVATE_DIR = "private"
 #: where a DP run writes until it ends (paczero.run.publish): inside ``private/``, so no one else sees it grow
 STAGE_DIR = f"{PRIVATE_DIR}/stage"
+#: where a first-order run keeps each step's update until a checkpoint covers it (paczero.fo.state)
+UPDATES_DIR = f"{PRIVATE_DIR}/updates"
 RUN_FILES = ("run.json", "log.jsonl", PRIVATE_DIR, "journal.jsonl", "evals.jsonl", "checkpoints", "best", "selected.safetensors",
              "model", "summary.json", "rungs", "rungs.jsonl", "curves.png", "tensorboard", "wandb",
              "lr-candidates", "lr_choice.json")  # the last two: a learning-rate choice's (paczero/run/lr_choice.py)
@@ -177,11 +184,14 @@ def atomic_json(path: Path, obj: Any) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, private: dict) -> Path:
-    """Write checkpoint ``step`` atomically; keep the newest KEEP checkpoints. A write that fails (a full
-    disk) leaves the earlier checkpoints as they were and raises CheckpointError (one line)."""
+def save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, private: dict,
+                    tensors: dict[str, dict] | None = None) -> Path:
+    """Write checkpoint ``step`` atomically; keep the newest KEEP checkpoints (and the kept updates that one of
+    them needs: :func:`save_update`). ``tensors``: more private state, ``{name: {key: tensor}}``, each written
+    to ``name.safetensors`` (mode 0600) and read back into the private part under ``name``. A write that fails
+    (a full disk) leaves the earlier checkpoints as they were and raises CheckpointError (one line)."""
     try:
-        return _save_checkpoint(run_dir, step, weights, public, private)
+        return _save_checkpoint(run_dir, step, weights, public, private, tensors or {})
     except OSError as e:
         for stale in (run_dir / "checkpoints").glob(f".tmp-step-{step:06d}-{os.getpid()}"):
             shutil.rmtree(stale, ignore_errors=True)  # give back the space of the half-written copy
@@ -192,7 +202,8 @@ def save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, priva
             "is kept)") from None
 
 
-def _save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, private: dict) -> Path:
+def _save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, private: dict,
+                     tensors: dict[str, dict]) -> Path:
     from safetensors.torch import save_file
 
     root = run_dir / "checkpoints"
@@ -206,7 +217,11 @@ def _save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, priv
     save_file({k: v.detach().contiguous().cpu() for k, v in weights.items()}, str(tmp / "weights.safetensors"))
     write_json(tmp / "public.json", public)
     write_json(tmp / "private.json", private, private=True)
-    manifest = {name: _sha256(tmp / name) for name in ("weights.safetensors", "public.json", "private.json")}
+    for name, values in tensors.items():
+        save_file({k: v.detach().contiguous().cpu() for k, v in values.items()}, str(tmp / f"{name}.safetensors"))
+        os.chmod(tmp / f"{name}.safetensors", 0o600)
+    names = ("weights.safetensors", "public.json", "private.json", *(f"{name}.safetensors" for name in tensors))
+    manifest = {name: _sha256(tmp / name) for name in names}
     write_json(tmp / "manifest.json", {"step": step, "sha256": manifest})
     dir_fd = os.open(tmp, os.O_RDONLY)
     os.fsync(dir_fd)
@@ -216,7 +231,56 @@ def _save_checkpoint(run_dir: Path, step: int, weights: dict, public: dict, priv
     os.replace(tmp, final)
     for old in list_checkpoints(run_dir)[:-KEEP]:
         shutil.rmtree(old, ignore_errors=True)
+    oldest = int(list_checkpoints(run_dir)[0].name.removeprefix("step-"))
+    for update in sorted((run_dir / UPDATES_DIR).glob("step-*.safetensors")):  # each kept checkpoint is past
+        if int(update.name.removeprefix("step-").removesuffix(".safetensors")) < oldest:  # it: none replays it
+            update.unlink()
     return final
+
+
+def _update_path(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / UPDATES_DIR / f"step-{step:06d}.safetensors"
+
+
+def save_update(run_dir: Path, step: int, tensors: dict) -> None:
+    """Keep step ``step``'s update (a first-order run's gradient, owner-only) in ``private/updates/``, on disk
+    (``fsync``) when this returns: the step's journal line comes after it (paczero.fo.state)."""
+    from safetensors.torch import save_file
+
+    folder = private_dir(run_dir) / Path(UPDATES_DIR).name
+    folder.mkdir(mode=0o700, exist_ok=True)
+    path = _update_path(run_dir, step)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp))
+    os.chmod(tmp, 0o600)
+    fd = os.open(tmp, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    os.replace(tmp, path)
+    fd = os.open(folder, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def check_updates(run_dir: Path, steps) -> None:
+    """CheckpointError (one line) unless the update of each of ``steps`` is kept."""
+    for step in steps:
+        if not _update_path(run_dir, step).is_file():
+            raise CheckpointError(f"cannot resume: the update of logged step {step} is not in {UPDATES_DIR}/; "
+                                  "start the run again in another folder")
+
+
+def load_update(run_dir: Path, step: int) -> dict:
+    """Step ``step``'s kept update; CheckpointError (one line) if it is not there or cannot be read."""
+    from safetensors.torch import load_file
+
+    check_updates(run_dir, [step])
+    path = _update_path(run_dir, step)
+    try:
+        return load_file(str(path))
+    except Exception as e:  # noqa: BLE001 - OSError, or safetensors' own error for a damaged file
+        raise CheckpointError(f"cannot resume: the update of logged step {step} in {UPDATES_DIR}/ cannot be read "
+                              f"({e.__class__.__name__}); start the run again in another folder") from None
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
@@ -252,6 +316,9 @@ def load_latest_checkpoint(run_dir: Path, warn=None) -> tuple[int, dict, dict, d
             public = decode(json.loads((path / "public.json").read_text()))
             private = decode(json.loads((path / "private.json").read_text()))
             weights = load_file(str(path / "weights.safetensors"))
+            for name in json.loads((path / "manifest.json").read_text())["sha256"]:
+                if name.endswith(".safetensors") and name != "weights.safetensors":  # save_checkpoint's tensors
+                    private[name.removesuffix(".safetensors")] = load_file(str(path / name))
         except (CheckpointError, OSError, ValueError) as e:
             warn(f"{e}; falling back to the previous checkpoint")
             continue

@@ -321,14 +321,11 @@ def _check_mechanism(cfg: TrainConfig) -> None:
 
 
 def _check_first_order(cfg: TrainConfig) -> None:
-    """DP-SGD and adamw: a gradient step, so none of the zeroth-order step's settings; no resume (the AdamW state
-    is not checkpointed)."""
+    """DP-SGD and adamw: a gradient step, so none of the zeroth-order step's settings."""
     m = cfg.mechanism
     need(cfg.num_directions == 1, f"num_directions applies to the zeroth-order mechanisms, not {m}")
     need(cfg.clip is None, f"clip (the stability clip of the two-point scalars) does not apply to {m}"
                            + ("; its per-example gradient clip is dp_clip" if m == "dp-sgd" else ""))
-    need(not cfg.resume, f"{m} runs cannot be resumed (the optimizer state is not checkpointed); "
-                         "start the run again, or in another folder")
     need(cfg.device_map is None, f"{m} does not run on a sharded model (--device-map)")
     if m == "dp-sgd":
         need(not cfg.compile, "compile does not apply to dp-sgd (Opacus's per-example hooks run on the eager model)")

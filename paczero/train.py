@@ -176,8 +176,9 @@ class Run:
     def checkpoint(self, step: int) -> None:
         public = {"step": step, "best": self.best, "zero_shot": self.zero_shot,
                   "seconds": None if private_batches(self.cfg) else self.cum_time}
+        kept = self.first_order.optimizer_state() if self.first_order else None  # AdamW's (paczero/fo/state.py)
         save_checkpoint(self.run_dir, step, trainable_state(self.params), public,
-                        {"mechanism": self.mechanism.state_dict()})
+                        {"mechanism": self.mechanism.state_dict()}, tensors=kept)
 
 
 def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
@@ -210,7 +211,7 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     if cfg.mechanism in FIRST_ORDER:  # DP-SGD (Opacus's hooks) or adamw on the trainable parameters (paczero/fo/)
         from paczero.fo import attach
 
-        run.first_order = attach(cfg, ranks, setup, params)
+        run.first_order = attach(cfg, ranks, setup, params, run_dir)
     return run, resumed
 
 
@@ -235,7 +236,7 @@ def _loop(run: Run) -> tuple[int, bool]:
             batches, rows = step_batches(task, setup.universe, run.full_batches, idx, cfg.token_budget)
             if run.first_order is not None:  # a gradient step: DP-SGD or adamw (paczero/fo/)
                 result = run.first_order.step(batches, mechanism=mechanism, loss_fn=loss_fn,
-                                              lr=lr_at(cfg, step), device=setup.device)
+                                              lr=lr_at(cfg, step), device=setup.device, step=step)
                 releases = [result.release]
             else:  # the zeroth-order step of Algorithm 1 (paczero/zo/)
                 result, releases = _zeroth_order_step(run, step, batches, rows, loss_fn, stop.requested)
@@ -267,8 +268,7 @@ def _loop(run: Run) -> tuple[int, bool]:
                                     refresh=False)
             if stop.requested and done < cfg.steps:
                 stopped = True
-                run.log(f"\nstopped at step {done}: checkpoint written; " + (f"a {cfg.mechanism} run cannot be resumed (its "
-                        "optimizer state is not saved)" if run.first_order else "continue with --resume"))
+                run.log(f"\nstopped at step {done}: checkpoint written; continue with --resume")
                 break
     ranks.stop()
     bar.close()

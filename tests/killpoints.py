@@ -25,3 +25,24 @@ def kill_after_logged_step(at: int) -> None:
         bar.update = counted
         return bar
     tr._progress = killing_progress
+
+
+def trace_draws(path, patch=setattr) -> None:
+    """Append to ``path`` one line for each private or batch draw of a first-order run, ``sample N`` (the batch of
+    step N: DP-SGD's Poisson sample from the private stream, adamw's seeded mini-batch) and ``noise N`` (DP-SGD's
+    Gaussian noise of step N), flushed at once (a SIGKILL loses none). ``patch``: ``setattr``, or a pytest
+    monkeypatch's ``setattr`` in process."""
+    from paczero.mechanisms import DPSGD, NonPrivateAdamW
+
+    def traced(cls, name):
+        original = getattr(cls, name)
+
+        def draw(self, *args, **kwargs):
+            with open(path, "a") as f:
+                f.write(f"{'noise' if name == 'noise' else 'sample'} {self.steps}\n")
+            return original(self, *args, **kwargs)
+        patch(cls, name, draw)
+
+    traced(DPSGD, "batch_indices")
+    traced(DPSGD, "noise")
+    traced(NonPrivateAdamW, "batch_indices")

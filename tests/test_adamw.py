@@ -127,7 +127,6 @@ def test_adamw_states_no_privacy_everywhere_a_guarantee_is_printed(tmp_path, cap
 
 @pytest.mark.parametrize("extra, words", [
     (["--epsilon", "2"], "epsilon applies to"),
-    (["--resume"], "cannot be resumed"),
     (["--num-directions", "4"], "num_directions"),
     (["--batch-size", "0"], "batch_size"),
 ])

@@ -208,7 +208,6 @@ def test_tiny_run_end_to_end_with_its_statement(tmp_path, capsys):
     (["--epsilon", "-1"], "epsilon must be"),
     (["--sample-rate", "0"], "sample_rate must be in (0, 1]"),
     (["--sample-rate", "1.5"], "sample_rate must be in (0, 1]"),
-    (["--resume"], "cannot be resumed"),
     (["--num-directions", "4"], "num_directions"),
     (["--task", "squad", "--objective", "f1"], "objective nll"),
     (["--compile"], "compile does not apply to dp-sgd"),

@@ -71,6 +71,9 @@ elif mode == "kill_after_journal":   # SIGKILL once step `at` is journaled, befo
         if record["step"] == at:
             os.kill(os.getpid(), signal.SIGKILL)
     jn.Journal.step = step
+if os.environ.get("FT_TRACE"):   # each draw of a first-order step, one line a draw
+    from killpoints import trace_draws
+    trace_draws(os.environ["FT_TRACE"])
 sys.exit(main(sys.argv[1:]))
 '''
 
@@ -136,10 +139,11 @@ def _assert_same_run(run: Path, ref: Path) -> None:
         assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def _spawn(tmp: Path, out: Path, mode: str = "", at: int = -1, resume: bool = False, **extra) -> subprocess.Popen:
+def _spawn(tmp: Path, out: Path, mode: str = "", at: int = -1, resume: bool = False, trace: Path | None = None,
+           **extra) -> subprocess.Popen:
     wrapper = tmp / "wrapper.py"
     wrapper.write_text(WRAPPER)
-    env = {**os.environ, "FT_MODE": mode, "FT_AT": str(at), "OMP_NUM_THREADS": "1",
+    env = {**os.environ, "FT_MODE": mode, "FT_AT": str(at), "OMP_NUM_THREADS": "1", "FT_TRACE": str(trace or ""),
            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, str(wrapper)] + _flags(out, **extra) + (["--resume"] if resume else [])
     return subprocess.Popen(args, env=env, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -621,3 +625,118 @@ def test_a_stopped_dp_run_resumes_with_out_dir_and_resume_alone(tmp_path, capsys
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["mechanism"] == "dpzero" and summary["config"]["steps"] == STEPS
     assert len(_transcript(out)) == STEPS
+
+
+#: the first-order runs, as flags on top of CFG
+FIRST_ORDER = {
+    "dp-sgd": {"mechanism": "dp-sgd", "mi_budget": None, "epsilon": 2.0, "sample_rate": 0.5, "dp_clip": 1.0,
+               "checkpoint_every": 4},
+    "adamw": {"mechanism": "adamw", "mi_budget": None, "batch_size": 4, "checkpoint_every": 4},
+}
+TIMING = ("seconds", "train_seconds", "seconds_per_step")  # wall-clock figures (adamw's; a DP run has none)
+WHERE = ("out_dir", "resume")  # the config's folder and whether this process resumed (RESUME_FREE)
+
+
+def _journaled(work: Path) -> int:
+    """Steps the private journal holds (its first line is the run's starting state)."""
+    return len((work / "private" / "journal.jsonl").read_text().splitlines()) - 1
+
+
+def _without_timing(value):
+    if isinstance(value, dict):
+        return {k: {c: x for c, x in v.items() if c not in WHERE} if k == "config" and isinstance(v, dict)
+                else _without_timing(v) for k, v in value.items() if k not in TIMING}
+    return [_without_timing(v) for v in value] if isinstance(value, list) else value
+
+
+def _public_files(run: Path) -> dict[str, object]:
+    """Every file of a finished run outside ``private/`` and ``checkpoints/``, and the final checkpoint's files
+    (weights, AdamW's state, public and private part): JSON as parsed less wall-clock figures and the config's
+    folder, the rest as bytes.
+    (Which earlier checkpoints exist depends on where a resume began: the resume point is checkpointed.)"""
+    out = {}
+    final = f"checkpoints/step-{STEPS:06d}/"
+    for path in sorted(run.rglob("*")):
+        name = path.relative_to(run).as_posix()
+        if not path.is_file() or name == ".paczero.lock" or name.startswith("private/") or (
+                name.startswith("checkpoints/") and (not name.startswith(final) or name.endswith("manifest.json"))):
+            continue
+        if path.suffix == ".json":
+            out[name] = _without_timing(json.loads(path.read_text()))
+        elif path.suffix == ".jsonl":
+            out[name] = [_without_timing(json.loads(line)) for line in path.read_text().splitlines()]
+        else:
+            out[name] = path.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("mechanism", sorted(FIRST_ORDER))
+def test_a_first_order_run_killed_anywhere_resumes_to_the_uninterrupted_run(mechanism, tmp_path, monkeypatch,
+                                                                          capsys, one_thread):
+    """A DP-SGD or adamw run SIGKILLed at four instants, each time resumed with ``--resume``: after step 5 is
+    logged (checkpoint 4: steps 4 and 5 are replayed from their kept gradients), after step 7 is journaled and
+    before it is logged (it is published from the journal), while the resume's checkpoint of step 8 is written
+    (the resume falls back to checkpoint 6), and mid-step 9 (its Poisson sample drawn, nothing kept). The last
+    resume finishes in process. Against an uninterrupted run of the same private seed: every public file equal
+    (weights, AdamW's state of the final checkpoint, transcript, evaluations, summary with its privacy
+    statement, released model), and no process drew the batch or the noise of a step the journal held when
+    it began (tests/killpoints.py's trace). The kept gradients and AdamW's state are owner-only, in
+    ``private/`` and the checkpoint; a logged step whose kept gradient is gone stops the resume with one line,
+    nothing written.
+
+    Mutations tried: the resume does not load AdamW's state (red: the weights and the final optimizer state
+    differ); the mechanism's state comes from the checkpoint instead of the journal, so the private stream is
+    not advanced past the logged steps (red: the trace shows the sample and noise of steps 4 and 5 drawn again);
+    logged steps are executed again instead of replayed (red)."""
+    from killpoints import trace_draws
+
+    extra = FIRST_ORDER[mechanism]
+    reference = tmp_path / "reference" / "run"  # the same folder name: curves.png's title
+    train(TrainConfig(out_dir=str(reference), **{**CFG, **extra}), log=lambda *a: None)
+    out = tmp_path / "run"
+    work = out / "private" / "stage" if mechanism == "dp-sgd" else out  # a DP run publishes at its end
+    draws = []  # (journaled steps when a process began, the steps whose batch or noise it drew)
+
+    def traced_run(*args, **kw):
+        before = _journaled(work) if (work / "private" / "journal.jsonl").exists() else 0
+        trace = tmp_path / f"trace{len(draws)}"
+        trace.write_text("")
+        p = _spawn(tmp_path, out, *args, trace=trace, **kw, **extra)
+        stderr = p.communicate(timeout=300)[1]
+        assert p.returncode == -signal.SIGKILL, stderr[-2000:]
+        draws.append((before, [int(line.split()[1]) for line in trace.read_text().splitlines()]))
+
+    traced_run("kill_after_log", 5)
+    assert _steps_logged(work) == 6 and [c.name for c in (work / "checkpoints").iterdir()] == ["step-000004"]
+    kept = sorted((work / "private" / "updates").iterdir())
+    assert [k.name for k in kept] == ["step-000004.safetensors", "step-000005.safetensors"]
+    assert all(oct(k.stat().st_mode & 0o777) == "0o600" for k in kept)
+    assert oct((work / "checkpoints" / "step-000004" / "optimizer.safetensors").stat().st_mode & 0o777) == "0o600"
+    files = _files(out)
+    kept[1].rename(tmp_path / "aside")  # a logged step with no gradient to replay: one line, nothing written
+    assert main(_flags(out, **extra) + ["--resume"]) == 2
+    err = [line for line in capsys.readouterr().err.strip().splitlines() if not line.startswith("paczero: dtype auto:")]
+    assert err == ["paczero: error: cannot resume: the update of logged step 5 is not in private/updates/; start the "
+                   "run again in another folder"]
+    (tmp_path / "aside").rename(kept[1])
+    assert _files(out) == files
+    traced_run("kill_after_journal", 7, resume=True)
+    assert (_steps_logged(work), _journaled(work)) == (7, 8)
+    traced_run("kill_in_checkpoint", 8, resume=True)
+    assert _steps_logged(work) == 8 and not (work / "checkpoints" / "step-000008").exists()
+    traced_run("kill_mid_step", 9, resume=True)
+    assert (_steps_logged(work), _journaled(work)) == (9, 9)
+
+    trace = tmp_path / "trace-last"
+    trace_draws(trace, monkeypatch.setattr)
+    assert main(_flags(out, **extra) + ["--resume"]) == 0
+    assert "resuming from step 9 (weights of step 8, 1 logged steps replayed)" in capsys.readouterr().out
+    draws.append((9, [int(line.split()[1]) for line in trace.read_text().splitlines()]))
+    for before, steps in draws:
+        assert all(step >= before for step in steps), draws  # no journaled step drawn again
+    assert draws[-1][1] == ([9, 9] if mechanism == "dp-sgd" else [9])  # step 9: its sample (and noise), once
+
+    a, b = _public_files(out), _public_files(reference)
+    assert a.keys() == b.keys() and f"checkpoints/step-{STEPS:06d}/optimizer.safetensors" in a
+    assert {k for k in a if a[k] != b[k]} == set()
+    assert len(a["log.jsonl"]) == STEPS and a["summary.json"]["privacy"]["steps"] == STEPS

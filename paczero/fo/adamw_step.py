@@ -15,17 +15,24 @@ from typing import Callable, Sequence
 import torch
 
 from paczero.fo.dpsgd_step import FirstOrderResult
+from paczero.fo.state import Resumable
 
 
 @dataclass
-class PlainFirstOrder:
-    """What an adamw run keeps between steps: torch's AdamW and the trainable parameters."""
+class PlainFirstOrder(Resumable):
+    """What an adamw run keeps between steps: torch's AdamW and the trainable parameters (and, for a resume,
+    the optimizer's state and each step's update: :mod:`paczero.fo.state`)."""
 
     optimizer: torch.optim.AdamW
     params: list[torch.nn.Parameter]
 
-    def step(self, batches: Sequence, *, mechanism, loss_fn: Callable, lr: float, device) -> FirstOrderResult:
-        return adamw_step(batches, fo=self, mechanism=mechanism, loss_fn=loss_fn, lr=lr, device=device)
+    @property
+    def adamw(self) -> torch.optim.AdamW:
+        return self.optimizer
+
+    def step(self, batches: Sequence, *, mechanism, loss_fn: Callable, lr: float, device,
+             step: int | None = None) -> FirstOrderResult:
+        return adamw_step(batches, fo=self, mechanism=mechanism, loss_fn=loss_fn, lr=lr, device=device, step=step)
 
     def close(self) -> None:
         for p in self.params:
@@ -46,10 +53,11 @@ def attach(cfg, ranks, setup, params) -> PlainFirstOrder:
     return PlainFirstOrder(torch.optim.AdamW(tensors, lr=cfg.lr, weight_decay=cfg.weight_decay), tensors)
 
 
-def adamw_step(batches: Sequence, *, fo: PlainFirstOrder, mechanism, loss_fn: Callable, lr: float,
-               device) -> FirstOrderResult:
+def adamw_step(batches: Sequence, *, fo: PlainFirstOrder, mechanism, loss_fn: Callable, lr: float, device,
+               step: int | None = None) -> FirstOrderResult:
     """One step over ``batches`` (the micro-batches of the step's mini-batch): the gradient of the mean
-    per-example loss, accumulated in float32 over the micro-batches, then AdamW at ``lr``."""
+    per-example loss, accumulated in float32 over the micro-batches, then AdamW at ``lr``; ``step``: the run's
+    step, whose gradient the engine keeps for a resume (:mod:`paczero.fo.state`)."""
     sums = [torch.zeros(p.shape, dtype=torch.float32, device=p.device) for p in fo.params]
     total, rows = 0.0, 0
     with torch.enable_grad():
@@ -62,11 +70,5 @@ def adamw_step(batches: Sequence, *, fo: PlainFirstOrder, mechanism, loss_fn: Ca
                     s += p.grad.float()
                 p.grad = None
             total, rows = total + float(losses.detach().sum()), rows + losses.numel()
-    for s, p in zip(sums, fo.params):
-        p.grad = (s / max(rows, 1)).to(p.dtype)
-    for group in fo.optimizer.param_groups:
-        group["lr"] = lr
-    fo.optimizer.step()
-    for p in fo.params:
-        p.grad = None
+    fo.apply([(s / max(rows, 1)).to(p.dtype) for s, p in zip(sums, fo.params)], lr, step)
     return FirstOrderResult(total / rows if rows else math.nan, lr, mechanism.release())

@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from paczero.fo.state import Resumable
 from paczero.mechanisms.base import Release
 
 GRAD_SAMPLE_MODES = ("hooks", "ghost")
@@ -37,8 +38,9 @@ class OpacusError(ValueError):
 
 
 @dataclass
-class FirstOrder:
-    """What a DP-SGD run keeps between steps: Opacus's hooks, the optimizer, the trainable parameters."""
+class FirstOrder(Resumable):
+    """What a DP-SGD run keeps between steps: Opacus's hooks, the optimizer, the trainable parameters (and, for a
+    resume, the optimizer's state and each step's update: :mod:`paczero.fo.state`)."""
 
     hooks: object
     optimizer: object  # an Opacus DPOptimizer (clipping only) around torch's AdamW
@@ -46,8 +48,13 @@ class FirstOrder:
     mode: str
     clip: float
 
-    def step(self, batches: Sequence, *, mechanism, loss_fn: Callable, lr: float, device) -> "FirstOrderResult":
-        return dpsgd_step(batches, fo=self, mechanism=mechanism, loss_fn=loss_fn, lr=lr, device=device)
+    @property
+    def adamw(self) -> torch.optim.AdamW:
+        return self.optimizer.original_optimizer
+
+    def step(self, batches: Sequence, *, mechanism, loss_fn: Callable, lr: float, device,
+             step: int | None = None) -> "FirstOrderResult":
+        return dpsgd_step(batches, fo=self, mechanism=mechanism, loss_fn=loss_fn, lr=lr, device=device, step=step)
 
     def close(self) -> None:
         """Remove Opacus's hooks and the parameters' gradients (the model is inference-only again)."""
@@ -180,9 +187,10 @@ class FirstOrderResult:
     release: Release
 
 
-def dpsgd_step(batches: Sequence, *, fo: FirstOrder, mechanism, loss_fn: Callable, lr: float,
-               device) -> FirstOrderResult:
-    """One DP-SGD step over ``batches`` (the micro-batches of the mechanism's Poisson sample, maybe none)."""
+def dpsgd_step(batches: Sequence, *, fo: FirstOrder, mechanism, loss_fn: Callable, lr: float, device,
+               step: int | None = None) -> FirstOrderResult:
+    """One DP-SGD step over ``batches`` (the micro-batches of the mechanism's Poisson sample, maybe none); ``step``:
+    the run's step, whose noisy gradient the engine keeps for a resume (:mod:`paczero.fo.state`)."""
     sums = [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in fo.params]
     total, rows = 0.0, 0
     with torch.enable_grad():
@@ -194,14 +202,10 @@ def dpsgd_step(batches: Sequence, *, fo: FirstOrder, mechanism, loss_fn: Callabl
             total, rows = total + float(losses.detach().sum()), rows + losses.numel()
     numel = sum(p.numel() for p in fo.params)
     noise, release = mechanism.noise(numel)
-    offset = 0
+    offset, grads = 0, []
     for s, p in zip(sums, fo.params):
         z = torch.from_numpy(noise[offset:offset + p.numel()]).view(p.shape).to(s.device)
-        p.grad = ((s + z) / mechanism.denominator).to(p.dtype)
+        grads.append(((s + z) / mechanism.denominator).to(p.dtype))
         offset += p.numel()
-    for group in fo.optimizer.param_groups:
-        group["lr"] = lr
-    fo.optimizer.original_optimizer.step()
-    for p in fo.params:
-        p.grad = None
+    fo.apply(grads, lr, step)
     return FirstOrderResult(total / rows if rows else math.nan, lr, release)

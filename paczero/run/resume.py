@@ -3,13 +3,14 @@
 A resumed run continues after the last step its private journal holds (:mod:`paczero.run.journal` says why a
 published step is never executed again). :func:`read` finds that point and the newest checkpoint;
 the mechanism is rebuilt on the checkpoint's (or journal's) design; :func:`restore` loads the weights and
-the mechanism's state and brings log.jsonl and evals.jsonl to the resume point; :func:`replay` rebuilds
-the weights of the logged steps after the checkpoint from their published updates along the same
-public directions, evaluating and checkpointing as the loop did.
+the mechanism's state (a first-order run's: AdamW's state too) and brings log.jsonl and evals.jsonl to the
+resume point; :func:`replay` rebuilds the weights of the logged steps after the checkpoint from their
+published updates along the same public directions (a first-order run's: from each step's kept gradient,
+:mod:`paczero.fo.state`), evaluating and checkpointing as the loop did.
 
 The functions read and update the loop's run state (:class:`paczero.train.Run`): its ``run_dir``,
 ``cfg``, ``ranks``, ``params``, ``perturber``, ``mechanism``, the bookkeeping ``start``, ``weights_step``,
-``best``, ``zero_shot``, ``cum_time``, and its ``evaluate_due``, ``checkpoint`` and ``ladder``.
+``best``, ``zero_shot``, ``cum_time``, ``first_order``, and its ``evaluate_due``, ``checkpoint`` and ``ladder``.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from paczero.run.build import load_trainable
-from paczero.checkpoint import atomic_json, load_latest_checkpoint
+from paczero.checkpoint import atomic_json, check_updates, load_latest_checkpoint
 from paczero.config import ConfigError, TrainConfig
 from paczero.run.journal import ResumePoint, read_jsonl, resume_point
 
@@ -78,7 +79,9 @@ def restore(run, resumed: Resumed) -> None:
     elif resumed.found is not None:  # a run without a journal: its checkpoint's state (nothing was logged after it)
         run.mechanism.load_state_dict(resumed.found[3]["mechanism"])
     run.start = point.steps_done
-    if run.start > run.weights_step and was != now:
+    if run.first_order is not None:  # before anything is written: AdamW's state, and the updates to replay exist
+        _restore_first_order(run, resumed)
+    elif run.start > run.weights_step and was != now:
         problem = ConfigError(
             f"cannot resume: steps {run.weights_step + 1}..{run.start} must be replayed along the original run's "
             f"directions ({was}), and this process draws z from {now}")
@@ -90,12 +93,22 @@ def restore(run, resumed: Resumed) -> None:
     replayed = run.start - run.weights_step
     run.log(f"resuming from step {run.start}" + (f" (weights of step {run.weights_step}, {replayed} logged "
                                                  f"steps replayed)" if replayed else ""))
+    if run.first_order is not None:  # a gradient step draws no direction
+        return
     if was is None:  # written before run.json recorded it, when CPU directions came from torch's generator
         _log.warning(f"run.json does not record the original run's directions (runs that predate the record "
                      f"drew z on CPU from torch's generator); the resumed steps use {now}")
     elif was != now:
         _log.warning(f"the directions now come from {now} ({was} in the original run): "
                      "the resumed steps follow other, equally public, directions")
+
+
+def _restore_first_order(run, resumed: Resumed) -> None:
+    """AdamW's state at the checkpoint (none before the first step); CheckpointError (one line) where it is
+    missing, or where a logged step after it has no kept gradient to replay (:mod:`paczero.fo.state`)."""
+    if resumed.found is not None:
+        run.first_order.load_optimizer_state(resumed.found[3], run.weights_step)
+    check_updates(run.run_dir, range(run.weights_step, run.start))
 
 
 def _record_length(run) -> None:
@@ -120,8 +133,11 @@ def replay(run, resumed: Resumed) -> None:
         return
     recorded = {r["step"] for r in read_jsonl(run.run_dir / "evals.jsonl", "evals.jsonl")}
     for rec in resumed.point.records[run.weights_step:run.start]:
-        coefs = rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]]
-        run.perturber.apply_update(rec["step"], coefs, rec["lr"], run.cfg.weight_decay)
+        if run.first_order is not None:  # the same AdamW step on the step's kept gradient
+            run.first_order.replay(rec["step"], rec["lr"])
+        else:
+            coefs = rec["coef"] if isinstance(rec["coef"], list) else [rec["coef"]]
+            run.perturber.apply_update(rec["step"], coefs, rec["lr"], run.cfg.weight_decay)
         run.cum_time += rec.get("seconds") or 0.0
         done = rec["step"] + 1
         run.ladder.record(done, run.evaluate_due(done, recorded), run.best, rec.get("cum_mi"))
