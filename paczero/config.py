@@ -65,7 +65,7 @@ class TrainConfig:
     template: str | None = None              # classification prompt, with {sentence}; "auto": chosen zero-shot on dev, by dev loss, among the candidates of paczero/tasks/prompts.yaml (with the answer words)
     template_candidates: list[str] | None = None  # template auto: your own templates (each with {sentence}), scored on dev beside the built-in candidates
     verbalizer: dict[int, str] | None = None # classification answer words: label -> option text (default: the task's, " terrible"/" great"; with template auto, the chosen candidate's)
-    labels: list[str] | None = None          # classification class names, label i the i-th (e.g. neg,pos): how the data's label values map to classes; the answer words stay the verbalizer's
+    labels: list[str] | None = None          # classification class names, label i the i-th (e.g. neg,pos): how the data's label values map to classes; CODE=word (ABBR=abbreviation,HUM=person) also names the word the model scores for each (its verbalizer, a space before it)
     objective: str = "nll"                   # squad training loss: "nll" | "f1"
     n_train: int = 1000                      # |U|, the training universe
     n_dev: int = 500                         # dev examples (model selection), drawn apart from U
@@ -120,6 +120,9 @@ class TrainConfig:
     max_new_tokens: int = 50                 # squad: the longest generated answer
     max_length: int = 2048                   # tokens per example (squad: prompt plus generated answer); longer prompts lose tokens from the left, with a warning
     answer_stop: str = "newline-token"       # squad generation: "newline-token" (the newline token or EOS) | "any-newline"
+
+    def __post_init__(self) -> None:
+        self.labels, self.verbalizer = named_answer_words(self.labels, self.verbalizer)
 
     # ------------------------------------------------------------------
     @classmethod
@@ -334,6 +337,9 @@ def _check_first_order(cfg: TrainConfig) -> None:
 
 def _check_prompt_and_data(cfg: TrainConfig) -> None:
     """Labels, verbalizer, template and the data file."""
+    if isinstance(cfg.labels, list) and any(isinstance(n, str) and "=" in n for n in cfg.labels):
+        need(cfg.verbalizer is None, "give the answer words once: in --labels (CODE=word,...) or in --verbalizer")
+        need(False, f"labels name every class's answer word (CODE=word,...) or none, got {cfg.labels!r}")
     if cfg.labels is not None:
         need(cfg.task in CLASSIFICATION_TASKS,
              f"labels apply to the classification tasks ({', '.join(CLASSIFICATION_TASKS)}), not {cfg.task}")
@@ -346,7 +352,8 @@ def _check_prompt_and_data(cfg: TrainConfig) -> None:
              f"of the {len(cfg.labels)} label names")
         need(cfg.verbalizer is not None or cfg.template == AUTO or len(cfg.labels) == 2,
              f"{len(cfg.labels)} labels need their answer words: give --verbalizer (e.g. "
-             + ",".join(f"{i}= {n}" for i, n in enumerate(cfg.labels)) + ") or --template auto (chosen on dev)")
+             + ",".join(f"{i}= {n}" for i, n in enumerate(cfg.labels)) + ") or --template auto (chosen on dev), "
+             "or name each class's word in --labels (CODE=word,...)")
     if cfg.verbalizer is not None:
         need(isinstance(cfg.verbalizer, dict) and len(cfg.verbalizer) >= 2
              and all(isinstance(v, str) and v for v in cfg.verbalizer.values()),
@@ -383,6 +390,25 @@ def _check_prompt_and_data(cfg: TrainConfig) -> None:
         need(os.access(p, os.R_OK), f"{key} file {value!r} is not readable")
     need((cfg.dev_data is None and cfg.test_data is None) or cfg.data not in (None, "demo"),
          "dev_data and test_data go with a data file (--data FILE): its rows are the training rows")
+
+
+def named_answer_words(labels: Any, verbalizer: Any) -> tuple[Any, Any]:
+    """``labels`` of the form ``CODE=word`` (a list of such, or a dict code -> word) as the class codes and
+    their answer words (label i -> ``" word"``, the verbalizer's leading space added). Anything else, a
+    verbalizer of other words given beside them included, is returned as given (validate() names what is
+    wrong)."""
+    if isinstance(labels, dict):
+        labels = [f"{code}={word}" for code, word in labels.items()]
+    if not isinstance(labels, list) or not any(isinstance(n, str) and "=" in n for n in labels):
+        return labels, verbalizer
+    pairs = [n.split("=", 1) if isinstance(n, str) and "=" in n else (n, "") for n in labels]
+    if not all(str(word).strip() for _, word in pairs):
+        return labels, verbalizer
+    words = {i: " " + word.strip() for i, (_, word) in enumerate(pairs)}
+    if verbalizer is not None and (not isinstance(verbalizer, dict)  # the same words again (a resumed run's) are fine
+                                   or {_label_key(k): v for k, v in verbalizer.items()} != words):
+        return labels, verbalizer
+    return [str(code).strip() for code, _ in pairs], words
 
 
 def _label_key(key: Any) -> Any:

@@ -255,16 +255,32 @@ def test_a_model_whose_layers_opacus_hooks_cannot_follow_is_one_line_exit_2(tmp_
     assert "Traceback" not in captured.err and "zero-shot" not in captured.out
 
 
-def test_options_of_several_tokens_are_one_line_exit_2(tmp_path, capsys):
-    """Options of several tokens put each example on one model row per option; Opacus would clip each row to C,
-    so an example could move the sum by up to 2C. Refused with one line and exit code 2 before any evaluation.
-    Red without the row check (the run trains, clipping per row)."""
+def test_options_of_several_tokens_read_one_row_per_option_are_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    """A model that reads options of several tokens one row per option (a model type the packed layout of
+    paczero/tasks/options.py is not known to suit) puts each example on several model rows; Opacus would clip
+    each row to C, so an example could move the sum by up to 2C. Refused with one line and exit code 2 before
+    any evaluation. Red without the rows the probe sees the embedding read (``check_rows`` reading the batch's
+    rows alone: the packed batch has one row an example, and the run trains, clipping per row)."""
+    import paczero.tasks.options as options
+
+    monkeypatch.setattr(options, "PACKED_TYPES", frozenset())
     code = main(TINY + ["--epsilon", "2", "--steps", "2", "--verbalizer", "0= terrible movie,1= great film",
                         "--out-dir", str(tmp_path / "run")])
     captured = capsys.readouterr()
     assert code == 2
     assert captured.err.strip().splitlines()[-1].startswith("paczero: error: dp-sgd clips per model row")
     assert "zero-shot" not in captured.out
+
+
+def test_options_of_several_tokens_packed_train_one_row_an_example(tmp_path, capsys):
+    """Options of several tokens packed after the prompt (one model row an example) train under DP-SGD: each
+    example's gradient is clipped once. Red when the probe refuses every task whose options have several
+    tokens."""
+    code = main(TINY + ["--epsilon", "2", "--steps", "2", "--verbalizer", "0= terrible movie,1= great film",
+                        "--out-dir", str(tmp_path / "run")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "zero-shot" in captured.out
 
 
 def test_dp_sgd_from_the_command_line_takes_its_own_defaults(capsys):

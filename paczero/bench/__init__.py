@@ -78,6 +78,7 @@ from paczero.bench.memory import _memory_child, live_peak_bytes, memory_phase
 from paczero.bench.mfu import mfu_figures, mfu_line
 from paczero.bench.plain import floor_against_plain
 from paczero.bench.ranks import dp_step_time
+from paczero.flags import TEMPLATE_HELP, items_of, parse_mapping, parse_template, parse_verbalizer
 
 __all__ = ["BenchConfig", "Harness", "measure", "memory_phase", "live_peak_bytes", "_memory_child", "dp_step_time",
            "floor_against_plain", "floor_account", "account_table", "table", "add_arguments", "run", "main"]
@@ -92,6 +93,10 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     from paczero.models import trainable_parameters
     from paczero.tasks.batching import model_device
 
+    if cfg.two_classes:  # every class against two on the same rows (paczero/bench/classes.py)
+        from paczero.bench.classes import measure_two_classes
+
+        return measure_two_classes(cfg, log)
     if cfg.mechanism == "dp-sgd":  # the first-order step beside the zeroth-order one (paczero/bench/first_order.py)
         from paczero.bench.first_order import measure_first_order
 
@@ -282,6 +287,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--random-init", action="store_true",
                    help="build each model from its config alone with random weights (speed and memory do not "
                         "depend on the weights; a local folder needs only config.json and the tokenizer)")
+    p.add_argument("--data", help="the task's data file (--task classification: a labelled file of your own)")
+    p.add_argument("--columns", type=parse_mapping, help="the file's columns, as paczero train's (sentence=text,...)")
+    p.add_argument("--labels", type=items_of(str), help="the class names, as paczero train's (a,b,c)")
+    p.add_argument("--verbalizer", type=parse_verbalizer, help="the answer words, as paczero train's ('0= a,1= b')")
+    p.add_argument("--template", type=parse_template, help="the prompt, as paczero train's" + TEMPLATE_HELP)
+    p.add_argument("--against-two-classes", dest="two_classes", action="store_true",
+                   help="time the step over every class against the same rows' two-class step (the first two answer "
+                        "words, labels modulo 2), alternating; the ratio's goal is <= 1.3")
     p.add_argument("--json-out", help="write the results (a JSON list) here")
 
 
@@ -296,6 +309,9 @@ def run(ns: argparse.Namespace) -> int:
         raise ValueError("--live-memory measures within the memory phases: drop --no-memory")
     if base.compile and (ns.track != ["lora"] or base.task == "squad"):
         raise ValueError("--compile applies to --track lora on a classification task only")
+    if base.two_classes and (base.mechanism == "dp-sgd" or base.world > 1):
+        raise ValueError("--against-two-classes times the zeroth-order step in one process: drop --mechanism dp-sgd "
+                         "and --world")
     if base.account and (base.compile or base.mechanism == "dp-sgd"):
         raise ValueError("--account times the eager zeroth-order floor pass: drop --compile and --mechanism dp-sgd")
     for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),
@@ -313,7 +329,11 @@ def run(ns: argparse.Namespace) -> int:
             if ns.json_out:  # write as we go: a long run keeps what it measured
                 with open(ns.json_out, "w") as f:
                     json.dump(results, f, indent=1)
-    if base.mechanism == "dp-sgd":
+    if base.two_classes:
+        from paczero.bench.classes import classes_table
+
+        print(classes_table(results))
+    elif base.mechanism == "dp-sgd":
         from paczero.bench.first_order import first_order_table
 
         print(first_order_table(results))

@@ -35,6 +35,12 @@ class BenchConfig:
     random_init: bool = False       # the model's architecture (config only) with random weights
     compile: bool = False           # torch.compile the model body (LoRA; both the floor and the step run it)
     account: bool = False           # also account for one floor pass's time by module category (hooks)
+    data: str | None = None         # the task's data file (a classification file of your own)
+    columns: dict | None = None     # the file's column names for the task's fields (as paczero train's --columns)
+    labels: list | None = None      # the class names (as paczero train's --labels)
+    verbalizer: dict | None = None  # label -> answer word (as paczero train's --verbalizer)
+    template: str | None = None     # the prompt template (as paczero train's --template)
+    two_classes: bool = False       # time the step against the same rows' two-class step (paczero.bench.classes)
 
 
 class Harness:
@@ -57,7 +63,8 @@ class Harness:
             from paczero.models import compile_body
 
             compile_body(self.model)
-        self.task = build_task(cfg.task, self.lm.tokenizer, fill_batches=fills_batches(cfg.device))  # as train's
+        self.task = build_task(cfg.task, self.lm.tokenizer, fill_batches=fills_batches(cfg.device),  # as train's
+                               template=cfg.template, verbalizer=cfg.verbalizer, labels=cfg.labels)
         self.perturber = None
         self.data: dict[int, tuple[list, list]] = {}
         self.universe, self.batches = self.data_for(cfg.n)
@@ -70,7 +77,8 @@ class Harness:
         from paczero.tasks import load_splits
 
         if n not in self.data:
-            pool, _, _ = load_splits(self.cfg.task, n_train=None, n_dev=0, n_test=0, seed=self.cfg.seed)
+            pool, _, _ = load_splits(self.cfg.task, self.cfg.data, n_train=None, n_dev=0, n_test=0, seed=self.cfg.seed,
+                                     columns=self.cfg.columns, labels=self.cfg.labels)
             universe = self.task.encode([pool[i % len(pool)] for i in range(n)])
             self.data[n] = universe, self.task.make_batches(universe, token_budget=self.cfg.token_budget)
         return self.data[n]

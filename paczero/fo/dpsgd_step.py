@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -116,8 +117,9 @@ def attach(cfg, ranks, setup, params: Sequence[tuple[str, torch.nn.Parameter]]) 
     try:
         with torch.enable_grad():
             batch = setup.task.make_batches(setup.dev_enc[:1], token_budget=cfg.token_budget)[0].to(setup.device)
-            losses = setup.task.losses(model, batch)
-            check_rows(batch, losses)
+            with rows_read(model) as rows:
+                losses = setup.task.losses(model, batch)
+            check_rows(batch, losses, max(rows, default=0))
             clipped_sum(fo, losses.float(), [torch.zeros(p.shape, dtype=torch.float64, device=p.device) for p in fo.params])
     except ValueError as e:
         fo.close()
@@ -143,13 +145,31 @@ def grad_sample_mode(model: torch.nn.Module, params: Sequence[tuple[str, torch.n
     return "ghost"
 
 
-def check_rows(batch, losses: torch.Tensor) -> None:
+def check_rows(batch, losses: torch.Tensor, read: int = 0) -> None:
     """Opacus clips each row of the model's batch: a task that scores one example on several rows (options of
-    several tokens, one row each) would be clipped per row, and an example could move the sum by more than C."""
-    if batch.input_ids.shape[0] != losses.numel():
+    several tokens read one row each) would be clipped per row, and an example could move the sum by more than
+    C. ``read``: the most rows the model's input embedding was seen to read (:func:`rows_read`), where known."""
+    rows = max(batch.input_ids.shape[0], read)
+    if rows != losses.numel():
         raise ValueError(f"dp-sgd clips per model row, and this task scores each example on "
-                         f"{batch.input_ids.shape[0] // max(losses.numel(), 1)} rows (options of several tokens); "
-                         "choose a verbalizer whose options are one token each")
+                         f"{rows // max(losses.numel(), 1)} rows (options of several tokens, one row each with "
+                         "this model); choose a verbalizer whose options are one token each")
+
+
+@contextmanager
+def rows_read(model):
+    """The batch sizes the model's input embedding reads inside the block (a list, filled as it runs)."""
+    from paczero.models import hf_model
+
+    rows: list[int] = []
+    embedding = getattr(hf_model(model), "get_input_embeddings", lambda: None)()
+    handle = None if embedding is None else embedding.register_forward_hook(
+        lambda module, args, out: rows.append(int(out.shape[0])))
+    try:
+        yield rows
+    finally:
+        if handle is not None:
+            handle.remove()
 
 
 def _first_line(problem: Exception) -> str:

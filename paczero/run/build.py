@@ -187,9 +187,10 @@ def _auto_options(cfg: TrainConfig, tokenizer, dev_ex: list) -> list:
 
     if not dev_ex:
         raise ConfigError("template auto chooses the prompt on dev examples, and there are none here")
+    own_file = cfg.data not in (None, "demo")  # a file of one's own: a prompt of its column names too
     try:
         found = candidates(len(classes_of(cfg) or (0, 1)), cfg.labels, cfg.verbalizer,
-                           own=getattr(cfg, "template_candidates", None))
+                           own=getattr(cfg, "template_candidates", None), columns=cfg.columns or {} if own_file else None)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return [_task(cfg, tokenizer, c["template"], c["verbalizer"]) for c in found]
@@ -197,9 +198,13 @@ def _auto_options(cfg: TrainConfig, tokenizer, dev_ex: list) -> list:
 
 def _choose_prompt(cfg: TrainConfig, options: list, model, dev_ex: list):
     """template auto: each candidate task scored zero-shot on the dev examples (the only examples this reads),
-    the one of lowest dev loss kept; returns it and the prompt record (every candidate's dev metrics). One
-    warning where even the kept one scores near chance on dev."""
-    from paczero.tasks.prompts import choose, near_chance_line, prompt_record
+    the one of lowest dev loss kept (a sentiment prompt for a run not about sentiment only where it is also
+    the most accurate: :func:`paczero.tasks.prompts.choose`); then, where the run names its classes but gives
+    no answer words, the kept prompt with each other form of the names as its words
+    (:func:`paczero.tasks.answer_words.word_sets`), the lowest dev loss of all kept. Returns the task and the
+    prompt record (every candidate's dev metrics). One warning where even the kept one scores near chance."""
+    from paczero.tasks.answer_words import about_sentiment, word_sets
+    from paczero.tasks.prompts import choose, near_chance_line, pick, prompt_record, sentiment_templates
     from paczero.machine.thread_share import refresh
 
     def dev_score(candidate: dict) -> dict:
@@ -209,8 +214,17 @@ def _choose_prompt(cfg: TrainConfig, options: list, model, dev_ex: list):
             metrics = task.evaluate(model, task.encode(dev_ex), token_budget=cfg.token_budget)
         return {k: float(v) for k, v in metrics.items()}
 
+    off = set() if about_sentiment(cfg.task, cfg.labels, cfg.verbalizer, cfg.columns) else sentiment_templates()
     found = [{"template": t.template, "verbalizer": dict(t.verbalizer)} for t in options]
-    best, scored = choose(found, dev_score)
+    best, scored = choose(found, dev_score, [i for i, c in enumerate(found) if c["template"] in off])
+    if cfg.labels and cfg.verbalizer is None:  # the kept prompt with the other forms of the class names
+        template = found[best]["template"]
+        for words in word_sets(cfg.labels, options[best].tokenizer):
+            if {"template": template, "verbalizer": words} not in found:
+                options.append(_task(cfg, options[best].tokenizer, template, words))
+                found.append({"template": template, "verbalizer": words})
+                scored.append({**found[-1], "dev": dev_score(found[-1])})
+        best = pick(scored, [i for i, c in enumerate(found) if c["template"] in off])
     record = prompt_record(options[best], "auto", scored)
     line = near_chance_line(record, len(dev_ex), options[best].num_classes)
     if line:

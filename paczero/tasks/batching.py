@@ -43,8 +43,8 @@ class Batch:
     """A left-padded micro-batch.
 
     ``index`` holds the positions of the batch's examples in the encoded list,
-    in row order. Classification with multi-token options has several rows per
-    example (``input_ids.shape[0] == len(index) * n_options``).
+    in row order. Classification scored one row per option (``per_candidate``) has several
+    rows per example (``input_ids.shape[0] == len(index) * n_options``).
     """
 
     index: np.ndarray
@@ -212,12 +212,13 @@ def _fast_head(model) -> None:
         head._paczero_contiguous = True
 
 
-def forward_logits(model, batch: Batch, keep: int) -> torch.Tensor:
-    """fp32 logits of the last ``keep`` positions through the model's ordinary forward."""
+def forward_logits(model, batch: Batch, keep: int, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """fp32 logits of the last ``keep`` positions through the model's ordinary forward (``attention_mask``:
+    one in place of the batch's, as a 4D mask of packed options)."""
     _fast_head(model)
     out = model(
         input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
+        attention_mask=batch.attention_mask if attention_mask is None else attention_mask,
         position_ids=batch.position_ids,
         logits_to_keep=keep,
         use_cache=False,

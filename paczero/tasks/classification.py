@@ -16,8 +16,13 @@ then those logits: they differ from the option log-probabilities by the
 full-vocabulary normaliser, one constant per row, which cancels in the
 cross-entropy over classes and in the argmax, so the loss and the prediction
 are the ones of the log-probabilities without ever touching the vocabulary.
-Otherwise each example gets one row per option (``prompt + option[:-1]``) and
-the last ``max option length`` positions score the option tokens, still batched.
+Otherwise every option is still scored from one forward of the prompt: the options
+follow the prompt in one row, each seeing the prompt and its own earlier tokens
+only (:mod:`paczero.tasks.options`), so a step's cost barely grows with the
+number of classes. ``scoring="per_candidate"`` (and a model whose attention
+:func:`paczero.tasks.options.packs` does not know) gives each example one row per
+option (``prompt + option[:-1]``), the last ``max option length`` positions
+scoring the option tokens: the same scores, one forward per option.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from paczero.tasks.batching import (
     Batch,
     Encoded,
     collect,
+    forward_logits,
     left_pad,
     OWN,
     model_device,
@@ -47,6 +53,8 @@ from paczero.tasks.batching import (
     tokenize,
     truncate_left,
 )
+from paczero.tasks.options import OptionLayout, mask_for, option_logprobs, packs
+from paczero.tasks.options import positions as packed_positions
 
 SST2_TEMPLATE = "{sentence} It was"
 SST2_VERBALIZER = {0: " terrible", 1: " great"}
@@ -60,9 +68,9 @@ def template_fields(template: str) -> list[str]:
 class ClassificationTask:
     """Prompted classification scored through verbalizer tokens.
 
-    ``scoring`` is ``"auto"`` (one forward per example when every option is a
-    single token, else one row per option) or ``"per_candidate"`` (always one
-    row per option; same losses, slower; kept for tests and checks).
+    ``scoring`` is ``"auto"`` (one forward per example: of the prompt alone when every option is a
+    single token, else of the prompt with every option packed after it) or ``"per_candidate"`` (one row
+    per option; same losses, one forward per option; kept for tests and checks).
     ``label_names`` names the classes (label i is the i-th name): an example's
     label may then be its name. The answer words are the verbalizer's, whatever the names (default: SST-2's
     ``" terrible"``/``" great"`` for two classes; more classes need a verbalizer).
@@ -119,6 +127,8 @@ class ClassificationTask:
         self.single_token = scoring == "auto" and all(len(ids) == 1 for ids in self.option_ids)
         self.max_option_len = max(len(ids) for ids in self.option_ids)
         self._option_tensor = torch.tensor([ids[0] for ids in self.option_ids]) if self.single_token else None
+        #: multi-token options in one row after the prompt (None: one token each, or one row per option)
+        self.layout = OptionLayout(self.option_ids) if scoring == "auto" and not self.single_token else None
 
     def __repr__(self) -> str:
         return f"ClassificationTask({self.name!r}, template={self.template!r}, verbalizer={self.verbalizer!r})"
@@ -165,25 +175,37 @@ class ClassificationTask:
             lengths = [len(e.prompt_ids) for e in enc]
             groups = plan_batches(lengths, token_budget, 1, indices, max_padding)
             return [self._single_batch(enc, g) for g in groups]
+        if self.layout is not None:
+            lengths = [len(e.prompt_ids) + len(self.layout.suffix) for e in enc]
+            groups = plan_batches(lengths, token_budget, 1, indices, max_padding)
+            return [self._packed_batch(enc, g) for g in groups]
         lengths = [len(e.prompt_ids) + self.max_option_len - 1 for e in enc]
         groups = plan_batches(lengths, token_budget, self.num_classes, indices, max_padding)
         return [self._candidate_batch(enc, g) for g in groups]
+
+    def _packed_batch(self, enc, group) -> Batch:
+        """One row per example, ``prompt + every option[:-1]`` (:mod:`paczero.tasks.options`); the 2D mask marks
+        the real tokens (the 4D one is formed for the model at scoring)."""
+        ids, mask, _ = left_pad([list(enc[i].prompt_ids) + self.layout.suffix for i in group], self.pad_id)
+        labels = torch.tensor([enc[i].label for i in group], dtype=torch.int64)
+        return Batch(index=group, input_ids=ids, attention_mask=mask,
+                     position_ids=packed_positions(mask, self.layout), labels=labels)
 
     def _single_batch(self, enc, group) -> Batch:
         ids, mask, pos = left_pad([enc[i].prompt_ids for i in group], self.pad_id)
         labels = torch.tensor([enc[i].label for i in group], dtype=torch.int64)
         return Batch(index=group, input_ids=ids, attention_mask=mask, position_ids=pos, labels=labels)
 
-    def _candidate_batch(self, enc, group) -> Batch:
+    def _candidate_batch(self, enc, group, prompts=None) -> Batch:
         rows, targets = [], []
-        for i in group:
-            prompt = list(enc[i].prompt_ids)
+        for n, i in enumerate(group):
+            prompt = list(enc[i].prompt_ids) if prompts is None else prompts[n]
             for option in self.option_ids:
                 rows.append(prompt + option[:-1])
                 targets.append(option)
         ids, mask, pos = left_pad(rows, self.pad_id)
         tgt, tgt_mask = right_align(targets)
-        labels = torch.tensor([enc[i].label for i in group], dtype=torch.int64)
+        labels = None if enc is None else torch.tensor([enc[i].label for i in group], dtype=torch.int64)
         return Batch(
             index=group, input_ids=ids, attention_mask=mask, position_ids=pos,
             labels=labels, targets=tgt, target_mask=tgt_mask,
@@ -193,9 +215,23 @@ class ClassificationTask:
     def scores(self, model, batch: Batch) -> torch.Tensor:
         """Class scores ``[B, C]``, fp32: the mean option log-prob, or for single-token options their
         logits (the log-probs up to one constant per row: same cross-entropy over classes, same argmax)."""
-        if batch.targets is None:
+        if batch.targets is not None:
+            return target_logprobs(model, batch).view(len(batch.index), self.num_classes)
+        if self.layout is None:
             return token_logits(model, batch, self._option_tensor)
-        return target_logprobs(model, batch).view(len(batch.index), self.num_classes)
+        if not packs(model):  # the same scores, one row per option
+            return self.scores(model, self._unpacked(batch))
+        logits = forward_logits(model, batch, self.layout.keep,
+                                attention_mask=mask_for(model, batch.attention_mask, self.layout))
+        return option_logprobs(logits, self.layout)
+
+    def _unpacked(self, batch: Batch) -> Batch:
+        """A packed batch as one row per option (for a model that does not read packed rows)."""
+        cut = len(self.layout.suffix)
+        prompts = [row[m.bool()].tolist()[:-cut] for row, m in zip(batch.input_ids.cpu(), batch.attention_mask.cpu())]
+        out = self._candidate_batch(None, batch.index, prompts)
+        out.labels = batch.labels
+        return out.to(batch.input_ids.device)
 
     def losses(self, model, batch: Batch) -> torch.Tensor:
         """Per-sample training loss ``[B]``: cross-entropy of the label over the class scores."""

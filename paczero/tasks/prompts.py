@@ -20,18 +20,23 @@ LABEL_WORDS = "labels"  # a candidate's verbalizer: the run's label names, each 
 
 def candidates(num_classes: int, label_names: Sequence[str] | None = None,
                verbalizer: Mapping[int, str] | None = None, path: Path = PROMPTS_FILE,
-               own: Sequence[str] | None = None) -> list[dict]:
+               own: Sequence[str] | None = None, columns: Mapping[str, str] | None = None) -> list[dict]:
     """The candidates that fit a run: ``{"template", "verbalizer"}`` with integer labels, without repeats: the
-    user's ``own`` templates first, then those of ``path`` in file order. ``verbalizer`` (given by the user)
-    replaces every candidate's words; otherwise a candidate of ``labels`` words applies where the run names its
-    labels, and one of fixed words where it has as many words as the run has classes (an own template takes
-    the label names, else each set of fixed words that fits). A template's ``{labels}`` is the label names in
-    words ("billing, technical or account"): such a candidate applies where the run names its labels."""
+    user's ``own`` templates first, then the prompt of the file's column names where ``columns`` is given
+    (:func:`paczero.tasks.answer_words.column_template`), then those of ``path`` in file order. ``verbalizer``
+    (given by the user) replaces every candidate's words; otherwise a candidate of ``labels`` words applies
+    where the run names its labels, and one of fixed words where it has as many words as the run has classes
+    (an own or column template takes the label names, else each set of fixed words that fits). A template's
+    ``{labels}`` is the candidate's answer words in words ("billing, technical or account"): such a candidate
+    applies where the run names its labels."""
+    from paczero.tasks.answer_words import column_template
+
     named = {i: " " + str(name).strip() for i, name in enumerate(label_names or [])}
     entries = yaml.safe_load(path.read_text())
     fixed = [e["verbalizer"] for e in entries if e["verbalizer"] != LABEL_WORDS]
     found: list[dict] = []
-    for template in own or ():  # the user's templates, with the label names or each fitting set of words
+    mine = [*(own or ()), *([column_template(columns)] if columns is not None else [])]
+    for template in mine:  # the user's templates, with the label names or each fitting set of words
         for words in ([verbalizer] if verbalizer is not None else [named] if named else fixed):
             _add(found, template, words, num_classes, label_names)
     for entry in entries:
@@ -55,7 +60,7 @@ def _add(found: list, template: str, words: Mapping, num_classes: int, label_nam
     if len(words) != num_classes or ("{labels}" in template and not label_names):
         return
     if "{labels}" in template:
-        names = [str(n).strip().replace("{", "{{").replace("}", "}}") for n in label_names]
+        names = [str(words[k]).strip().replace("{", "{{").replace("}", "}}") for k in sorted(words)]
         template = template.replace("{labels}", ", ".join(names[:-1]) + " or " + names[-1])
     candidate = {"template": template, "verbalizer": {int(k): str(v) for k, v in words.items()}}
     if candidate not in found:
@@ -73,16 +78,35 @@ def near_chance_line(record: Mapping, dev_rows: int, num_classes: int) -> str | 
         return None
     return (f"template auto: the best of its {len(record['candidates'])} candidates, {json.dumps(record['template'])}, "
             f"scores dev accuracy {accuracy:.3f}, near chance ({chance:.2f}): none suits this model and data; give "
-            "your own prompts (--template-candidates 'Ticket: {sentence}\\nTopic:' ...) or --template and "
-            "--verbalizer")
+            "your own prompts (--template-candidates 'Ticket: {sentence}\\nTopic:' ...), or answer words the model "
+            "knows for your labels (--labels CODE=word,... as ABBR=abbreviation,HUM=person; or --verbalizer)")
 
 
-def choose(found: Sequence[dict], dev_score: Callable[[dict], dict]) -> tuple[int, list[dict]]:
+def choose(found: Sequence[dict], dev_score: Callable[[dict], dict],
+           off_topic: Sequence[int] = ()) -> tuple[int, list[dict]]:
     """The index of the candidate with the lowest dev loss (a tie: the earlier), and every candidate with its
-    dev metrics (``dev_score(candidate)``: the zero-shot metrics on dev, never on test)."""
+    dev metrics (``dev_score(candidate)``: the zero-shot metrics on dev, never on test). A candidate of
+    ``off_topic`` (a sentiment prompt for a run not about sentiment) is kept only where dev says it is the best
+    on both counts: the lowest loss and no other candidate of higher accuracy; else the lowest loss of the
+    others."""
     scored = [{**c, "dev": dev_score(c)} for c in found]
+    return pick(scored, off_topic), scored
+
+
+def pick(scored: Sequence[dict], off_topic: Sequence[int] = ()) -> int:
+    """:func:`choose`'s rule over candidates already scored."""
     best = min(range(len(scored)), key=lambda i: (scored[i]["dev"]["loss"], i))
-    return best, scored
+    others = [i for i in range(len(scored)) if i not in set(off_topic)]
+    if best in set(off_topic) and others:
+        accuracy = [scored[i]["dev"].get("accuracy", float("-inf")) for i in range(len(scored))]
+        if max(accuracy[i] for i in others) > accuracy[best]:
+            best = min(others, key=lambda i: (scored[i]["dev"]["loss"], i))
+    return best
+
+
+def sentiment_templates(path: Path = PROMPTS_FILE) -> set[str]:
+    """The templates of ``path`` marked ``about: sentiment``."""
+    return {e["template"] for e in yaml.safe_load(path.read_text()) if e.get("about") == "sentiment"}
 
 
 def prompt_record(task, source: str, scored: Sequence[dict] | None = None) -> dict[str, Any]:
