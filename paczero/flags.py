@@ -271,8 +271,8 @@ def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
     from paczero.tasks.split import sizes_for_file
 
     check_dp_sizes(cfg)
-    if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file():
-        return cfg
+    if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file() or cfg.mechanism in DP_MECHANISMS:
+        return cfg  # a DP run's sizes are its settings' (their expected sizes), never its file's
     sizes = sizes_for_file(canonical_task(cfg.task), Path(cfg.data).expanduser(),
                            {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels,
                            class_labels(cfg.task, cfg.verbalizer, cfg.labels))
@@ -294,7 +294,8 @@ def check_dp_sizes(cfg: TrainConfig) -> None:
     depend on the data either."""
     from pathlib import Path
 
-    if cfg.mechanism not in DP_MECHANISMS or cfg.data in (None, "demo") or cfg.n_test is not None:
+    if cfg.mechanism not in DP_MECHANISMS or cfg.data in (None, "demo") or cfg.n_test is not None \
+            or cfg.test_data is not None:  # a test file of its own: test is every row of it
         return
     if Path(cfg.data).expanduser().is_file():
         raise dp_sizes_error(cfg.mechanism, "--n-train, --n-dev and --n-test")

@@ -212,3 +212,7 @@ def test_dev_and_test_files_of_their_own(tmp_path):
     with pytest.raises(ConfigError, match="data_fraction applies to a DP run"):
         TrainConfig(task="classification", data=str(train), data_fraction=0.5).validate()
     TrainConfig(task="classification", data=str(train), data_fraction=0.5, mechanism="dp-sgd", epsilon=1.0).validate()
+    from paczero.flags import sizes_as_given  # a DP run with a test file of its own needs no --n-test, and takes
+    dp = TrainConfig(task="classification", data=str(train), test_data=str(test), mechanism="dp-sgd",  # no size
+                     epsilon=1.0).validate()                                                         # from its data
+    assert sizes_as_given(dp, say=lambda line: pytest.fail(line)) == dp
