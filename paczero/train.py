@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,7 @@ from paczero.config import AUTO, DP_MECHANISMS, FIRST_ORDER, TrainConfig
 from paczero.run.journal import Journal, check_resumed_config, recorded_data
 from paczero.run.publish import make_stage, publish, working_dir
 from paczero.run.rungs import Ladder, log_line, read_rungs, rungs_privacy
+from paczero.run.progress import progress_bar as _progress
 from paczero.run.stop import StopRequest
 from paczero.run.trackers import check_report_to, open_tracker
 from paczero.run.release import write_release
@@ -268,6 +268,9 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     t_setup = time.time()
     recorded = recorded_data(run_dir) if cfg.resume else None
     setup, fingerprint = build_together(cfg, ranks, recorded, given)
+    if cfg.canaries:  # the one-run audit's canaries, each trained on with probability 1/2 (paczero/audit/canaries.py)
+        from paczero.audit.canaries import plant
+        plant(setup, run_dir, resume=cfg.resume)
     if recorded is not None and recorded.get("prompt"):  # how the run's prompt was chosen (template auto)
         setup.prompt = recorded["prompt"]
     if small_splits_note(setup):  # dev or test under 50 rows: said once
@@ -301,6 +304,9 @@ def _begin(run: Run) -> None:
                      f"there: {', '.join(kept)}")
     if run.run_dir != run.out_dir:  # a DP run: its private stage (made after --overwrite cleared the folder)
         make_stage(run.out_dir)
+    if run.setup.planted is not None:  # which canaries trained: a secret of the run's private/
+        from paczero.audit.canaries import keep_planted
+        keep_planted(run.run_dir, run.setup.planted)
     public_data = {} if _private_batches(cfg) else {"universe_size": run.n, "data_fingerprint": run.fingerprint}
     atomic_json(run.run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
                                            "secret_source": secret_source(cfg, _claims_privacy(run.mechanism)),
@@ -493,16 +499,3 @@ def _claims_privacy(mechanism) -> bool:
 
 def _fmt(metrics: dict) -> str:
     return " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-
-
-def _progress(cfg: TrainConfig, start: int):
-    from tqdm.auto import tqdm
-
-    # into a file (a sweep's cell log, a batch job's output) a line a minute, not ten a second
-    pace = {"mininterval": 0.1 if sys.stderr.isatty() else 60.0}
-    if _private_batches(cfg):  # no rate, no elapsed time; into a file a line every tenth of the run, never on a clock
-        pace = {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"}
-        if not sys.stderr.isatty():
-            pace.update(mininterval=0.0, maxinterval=float("inf"), miniters=max(1, cfg.steps // 10))
-    return tqdm(total=cfg.steps, initial=start, disable=not cfg.progress, unit="step", dynamic_ncols=True,
-                file=sys.stderr, **pace)

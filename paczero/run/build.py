@@ -66,6 +66,7 @@ class Setup:
     ood_enc: list | None = None  # the encoded out-of-domain test file (config ood_data), evaluated at the end
     data_use: str | None = None  # the API: what each dataset given was used for
     prompt: dict | None = None  # classification: the prompt and answer words scored (paczero.tasks.prompts.prompt_record)
+    planted: Any = None  # config canaries: the canaries and which trained (paczero.audit.canaries.Planted: private)
 
 
 @dataclass
@@ -334,8 +335,9 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
 
 
 def split_sizes(setup: Setup) -> dict[str, int]:
-    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state."""
-    return {"universe": len(setup.universe), "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
+    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state (the
+    universe's training rows: not the canaries a run with config canaries trains on besides)."""
+    return {"universe": len(setup.train), "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
 
 
 #: fewer dev or test rows than this and a run says once that their scores resolve little
