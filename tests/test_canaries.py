@@ -351,7 +351,14 @@ ZO_RUN = ["train", "--model", "tiny-llama", "--track", "ft", "--task", "demo", "
 @pytest.mark.slow
 def test_dpzero_at_eps_2_is_consistent_and_without_noise_its_canaries_are_found(tmp_path, monkeypatch, capsys):
     """The zeroth-order path: a dpzero run at epsilon 2 (full fine-tuning of tiny-llama, q = 1, clip 1, lr 2e-3,
-    1000 steps) trained with 64 canaries, audited with 16 guessed in and 16 out. MEASURED_ZO"""
+    1000 steps; lr 2e-3: its step divides the sum over some 40 rows by the public q n_train = 8) trained
+    with 64 canaries, audited with 16 guessed in and 16 out. As trained (the discrete Gaussian added) the guesses
+    are near chance (measured 18 of 32) and the bound, 0, is at most the stated epsilon (1.84 by PLD). The same run
+    with the mechanism's noise set to zero (the discrete Gaussian draws 0: a fixture here, not an option; the same
+    canaries drawn in) gives its canaries away (measured 32 of 32, bound 2.32, above the stated epsilon and the
+    target 2); asserted with a margin of a few guesses: at least 29 right (a bound of 1.24 or more) and 6 more
+    than the noised run. Red when the noise is not added (the first audit then gets more than 23 right), when the
+    canaries drawn in do not train (the second at chance) or all of them do (its 16 'out' guesses all wrong)."""
     import paczero.mechanisms.dp as dp
 
     run = tmp_path / "run"
@@ -359,7 +366,6 @@ def test_dpzero_at_eps_2_is_consistent_and_without_noise_its_canaries_are_found(
     capsys.readouterr()
     assert main(["audit", str(run), "--json"]) == 0
     noised = json.loads(capsys.readouterr().out)[str(run)]
-    print("ZO noised", noised)
     assert noised["mechanism"] == "dpzero" and noised["guesses"] == M // 2
     assert noised["epsilon_lower_bound"] <= noised["epsilon_stated"] <= 2.0
     assert noised["consistent"] is True
@@ -371,5 +377,6 @@ def test_dpzero_at_eps_2_is_consistent_and_without_noise_its_canaries_are_found(
     capsys.readouterr()
     assert main(["audit", str(free_run), "--json"]) == 0
     free = json.loads(capsys.readouterr().out)[str(free_run)]
-    print("ZO free", free)
-    assert free["correct"] >= noised["correct"] + 6
+    assert noised["correct"] <= 23
+    assert free["correct"] >= 29 and free["correct"] >= noised["correct"] + 6
+    assert free["epsilon_lower_bound"] >= noised["epsilon_lower_bound"] + 1.2
