@@ -249,7 +249,7 @@ def test_what_a_run_publishes_does_not_depend_on_its_inclusion_draw(mechanism, t
     for key in ("run.json", "summary", "log", "printed", "card", "files"):
         assert every[key] == none[key], key
     assert every["run.json"]["config"]["n_train"] == 8 and every["summary"]["sizes"]["universe"] == 8
-    assert every["run.json"]["config"]["canaries"] == 8
+    assert every["run.json"]["config"]["canaries"] == 8 and any(l.startswith("- Canaries: 8 ") for l in every["card"])
     assert every["mechanism"]._denominator() == none["mechanism"]._denominator() == 0.5 * 8
     assert (every["mechanism"].num_examples, none["mechanism"].num_examples) == (16, 8)
     for run, bits in ((every, [True] * 8), (none, [False] * 8)):
