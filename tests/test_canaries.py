@@ -16,6 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import torch
 
 from paczero.audit.canaries import (draw_inclusion, epsilon_lower_bound, guess, max_provable_epsilon,
                                     membership_scores, p_value)
@@ -289,6 +290,52 @@ def test_the_audit_reads_the_run_and_trains_nothing(tmp_path, monkeypatch, capsy
     assert found["correct"] == int(sum((g == 1 and b) or (g == -1 and not b) for g, b in zip(guesses, bits)))
     assert found["guesses"] == 4 and found["canaries"] == 8 and found["mechanism"] == "dp-sgd"
     assert json.loads((out / canaries.RESULT_FILE).read_text()) == found
+
+
+def test_a_resumed_run_trains_on_the_canaries_it_drew(tmp_path, monkeypatch):
+    """A dpzero run with 8 canaries stopped at step 2 (a SIGTERM as step 2 is counted) and resumed: the resume
+    reads the inclusion bits the run kept in private/ and draws none (draw_inclusion fails here once the first
+    part has run), and ends with the weights and transcript of the same run made without a stop. Red when a
+    resume draws its canaries again, or trains without the canaries drawn in (the mechanism's saved state, of
+    N + k examples, would then not load)."""
+    import os
+    import signal
+
+    from safetensors.torch import load_file
+
+    import paczero.audit.canaries as canaries
+    import paczero.train as tr
+
+    settings = dict(model="tiny-llama", task="demo", data="demo", n_train=8, n_dev=4, n_test=4, mechanism="dpzero",
+                    epsilon=2.0, sample_rate=0.5, steps=4, eval_every=2, checkpoint_every=2, lr=1e-3, canaries=8,
+                    private_seed=0, dtype="fp32", progress=False, device="cpu")
+    tr.train(TrainConfig(**settings, out_dir=str(tmp_path / "straight")).validate(), log=lambda line: None)
+    progress = tr._progress
+
+    def stopping_progress(cfg, start):
+        bar = progress(cfg, start)
+        update, done = bar.update, [start]
+
+        def counted(n=1):
+            update(n)
+            done[0] += n
+            if done[0] == 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+        bar.update = counted
+        return bar
+
+    stopped = TrainConfig(**settings, out_dir=str(tmp_path / "stopped")).validate()
+    with monkeypatch.context() as patch:
+        patch.setattr(tr, "_progress", stopping_progress)
+        assert tr.train(stopped, log=lambda line: None)["stopped_at"] == 2
+    with monkeypatch.context() as patch:
+        patch.setattr(canaries, "draw_inclusion", lambda *a: pytest.fail("a resume drew its canaries again"))
+        tr.train(stopped.replace(resume=True).validate(), log=lambda line: None)
+    a, b = load_file(str(tmp_path / "straight" / "selected.safetensors")), load_file(
+        str(tmp_path / "stopped" / "selected.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    logs = [(tmp_path / name / "log.jsonl").read_text().splitlines() for name in ("straight", "stopped")]
+    assert [json.loads(line)["coef"] for line in logs[0]] == [json.loads(line)["coef"] for line in logs[1]]
 
 
 # ----------------------------------------------------------------------------- the audit of a DP-SGD run
