@@ -220,9 +220,9 @@ def _add_audit(sub) -> None:
                    help="instead: the attack the field measures, on runs of any mechanism: the released model's loss "
                         "on the records of U against the held-out test records of the same file (AUC per run, with "
                         "what bounds it: DP's epsilon does, the PAC guarantee does not)")
-    g = p.add_argument_group("the one-run canary audit (Steinke et al. 2023; docs/audit.md) of a DP run trained "
-                             "with --canaries M: the default audit of such a run; it reads the run, trains nothing, "
-                             "and prints a lower bound on its epsilon at 95 % confidence (RUN_DIR/canary_audit.json)")
+    g = p.add_argument_group("the one-run canary audit (Steinke et al. 2023; docs/audit.md)", "of a DP run trained "
+                             "with --canaries M (its default audit): reads the run, trains nothing, and prints a lower "
+                             "bound on its epsilon at 95 % confidence (also in RUN_DIR/canary_audit.json)")
     g.add_argument("--guess-in", type=int, metavar="K", help="guess 'in' for the K highest scores (default: M/4)")
     g.add_argument("--guess-out", type=int, metavar="K", help="guess 'out' for the K lowest (default: M/4)")
 
