@@ -26,6 +26,7 @@ PAC_MECHANISMS = ("pac-zpl", "pac-mi", "hybrid", "raw_half", "quant_half")  # th
 PAC_PRIVATE = ("pac-zpl", "pac-mi", "hybrid")  # a PAC Privacy guarantee
 MI_BUDGETED = ("pac-mi", "hybrid")              # take an MI budget (mi_budget)
 DP_MECHANISMS = ("dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd")  # (epsilon, delta)-DP on Poisson-sampled batches
+CANARY_MECHANISMS = ("dp-sgd", "dpzero")  # normalised by the public q * n_train: canaries (config canaries) apply
 FIRST_ORDER = ("dp-sgd", "adamw")  # a gradient step (paczero/fo/), not the zeroth-order step
 NON_PRIVATE_FIRST_ORDER = "adamw"  # plain AdamW fine-tuning (as Trainer/TRL's SFT): no clipping, no noise, no privacy
 SELECT_METRICS = ("loss", "accuracy", "f1")  # dev-best selection: the lowest dev loss, the highest accuracy or F1
@@ -85,6 +86,7 @@ class TrainConfig:
     dp_clip: float = 25.0                    # DP baselines: per-example clip of the scalar (dp-sgd: of the gradient's L2 norm)
     sample_rate: float = 0.064               # DP baselines: Poisson sampling rate q
     accountant: str = "rdp"                  # "rdp" | "pld" (the other is reported too)
+    canaries: int | None = None              # dp-sgd, dpzero on a classification task: M canaries planted in this run, each trained on with probability 1/2 (a secret in private/); `paczero audit RUN` then bounds its epsilon from below (docs/audit.md)
     batch_size: int | None = None            # mezo and adamw mini-batch (None: the whole universe)
     # optimisation
     steps: int = 1000                        # T
@@ -316,11 +318,28 @@ def _check_mechanism(cfg: TrainConfig) -> None:
                                            "use dp-aggzo for K > 1")
     elif cfg.epsilon is not None:
         raise ConfigError(f"epsilon applies to {', '.join(DP_MECHANISMS)} only, not {cfg.mechanism}")
+    if cfg.canaries is not None:
+        _check_canaries(cfg)
     if cfg.mechanism == NON_PRIVATE_FIRST_ORDER:
         _check_first_order(cfg)
     if cfg.batch_size is not None:
         need(cfg.mechanism in ("mezo", NON_PRIVATE_FIRST_ORDER), "batch_size applies to mezo and adamw only")
         integer("batch_size", cfg.batch_size, 1)
+
+
+def _check_canaries(cfg: TrainConfig) -> None:
+    """The canaries of the one-run audit (paczero/audit/canaries.py): planted in a DP run whose normaliser is
+    the public q * n_train, so that nothing the run publishes depends on how many of them it drew in."""
+    integer("canaries", cfg.canaries, 2)
+    need(cfg.mechanism in CANARY_MECHANISMS, f"canaries apply to {' and '.join(CANARY_MECHANISMS)} (normalised by "
+         f"the public q * n_train), not {cfg.mechanism}" + ("" if cfg.mechanism not in DP_MECHANISMS else
+                                                           ", whose normaliser counts the canaries drawn in"))
+    need(cfg.task in CLASSIFICATION_TASKS, f"canaries are labelled rows: they apply to the classification tasks "
+                                           f"({', '.join(CLASSIFICATION_TASKS)}), not {cfg.task}")
+    need(not cfg.heldout_attack, "canaries and heldout_attack: the attack scores the training rows, which would "
+                                 "hold the canaries drawn in; audit one at a time")
+    need(int(os.environ.get("WORLD_SIZE", "1")) <= 1, "canaries are planted in a run of one process (not under "
+                                                       "torchrun)")
 
 
 def _check_first_order(cfg: TrainConfig) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from paczero.run.curves import write_run_curves
 from paczero.run.finish import finish
 from paczero.run.journal import Journal, recorded_data
 from paczero.run.prelude import begin, claim_run_dir, fmt, make_mechanism, private_batches, resolved
+from paczero.run.progress import progress_bar as _progress
 from paczero.run.publish import publish, working_dir
 from paczero.run.rungs import Ladder, log_line
 from paczero.run.selection import better, save_best, selection_metric
@@ -96,7 +96,7 @@ def _train(cfg: TrainConfig, ranks, out_dir: Path, log, given: Given | None = No
     if resumed is not None:
         resume.restore(run, resumed)  # weights, mechanism state, log and evals at the resume point
     else:
-        begin(run)  # run.json
+        begin(run, secrets=_keep_planted)  # run.json (and first which canaries trained, if any)
     run.open_journal(resumed)
     run.evaluate_zero_shot()
     run.ladder = Ladder(cfg, run.setup, run_dir, run.params, upto=run.start)  # T-ladder rungs, if any
@@ -191,6 +191,9 @@ def _set_up(cfg: TrainConfig, ranks, run_dir: Path, log, given: Given | None):
     t_setup = time.time()
     recorded = recorded_data(run_dir) if cfg.resume else None
     setup, fingerprint = build_together(cfg, ranks, recorded, given)
+    if cfg.canaries:  # the one-run audit's canaries, each trained on with probability 1/2 (paczero/audit/canaries.py)
+        from paczero.audit.canaries import plant
+        plant(setup, run_dir, resume=cfg.resume)
     if recorded is not None and recorded.get("prompt"):  # how the run's prompt was chosen (template auto)
         setup.prompt = recorded["prompt"]
     if small_splits_note(setup):  # dev or test under 50 rows: said once
@@ -312,14 +315,8 @@ def _end(run: Run, done: int, stopped: bool) -> dict[str, Any]:
     return summary
 
 
-def _progress(cfg: TrainConfig, start: int):
-    from tqdm.auto import tqdm
-
-    # into a file (a sweep's cell log, a batch job's output) a line a minute, not ten a second
-    pace = {"mininterval": 0.1 if sys.stderr.isatty() else 60.0}
-    if private_batches(cfg):  # no rate, no elapsed time; into a file a line every tenth of the run, never on a clock
-        pace = {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"}
-        if not sys.stderr.isatty():
-            pace.update(mininterval=0.0, maxinterval=float("inf"), miniters=max(1, cfg.steps // 10))
-    return tqdm(total=cfg.steps, initial=start, disable=not cfg.progress, unit="step", dynamic_ncols=True,
-                file=sys.stderr, **pace)
+def _keep_planted(run) -> None:
+    """Which canaries trained (``--canaries``): a secret of the run's private/, kept before its run.json."""
+    if run.setup.planted is not None:
+        from paczero.audit.canaries import keep_planted
+        keep_planted(run.run_dir, run.setup.planted)

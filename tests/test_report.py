@@ -910,7 +910,7 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
 
 
 def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):
-    """A DP-SGD cell whose run holds canary_audit.json (`paczero audit RUN --canaries M`) shows the audit's ε lower
+    """A DP-SGD cell whose run holds canary_audit.json (the canary audit, docs/audit.md) shows the audit's ε lower
     bound, canaries and right guesses in the gain table's "Empirical ε (one-run audit)" column; a cell without one
     shows "—". Red if the column reads another run's file, or is dropped when an audit is present."""
     from paczero.config import load_yaml

@@ -1,19 +1,30 @@
 """The one-run privacy audit with canaries (Steinke, Nasr and Jagielski, "Privacy Auditing with One (1)
-Training Run", NeurIPS 2023): a lower bound on a DP run's epsilon from one training run.
+Training Run", NeurIPS 2023): a lower bound on a DP run's epsilon from the run itself.
 
-``paczero audit --canaries M RUN_DIR`` audits the configuration of a DP run (RUN_DIR's run.json):
+A run trained with ``canaries: M`` (``paczero train ... --canaries M``: dp-sgd and dpzero on a classification
+task, config.CANARY_MECHANISMS) plants them (:func:`plant`, before its first step):
 
-1. M canaries, training rows of random words with a random label (a row no model predicts from what it
-   read elsewhere), public: drawn from a public seed;
+1. M canaries, training rows of random words with a label (a row no model predicts from what it read
+   elsewhere), public: drawn from the run's public seed, each labelled with the class the base model finds
+   least likely;
 2. each canary joins the training data independently with probability 1/2, from a private SHAKE-256
-   stream (:class:`paczero.privacy.secure_random.SecureGenerator`), apart from the run's own noise stream;
-3. one training run of RUN_DIR's configuration on its training rows plus the canaries drawn in, which
-   releases its last weights (dev-best selection is post-processing: it can only hide what the audit finds);
+   stream (:class:`paczero.privacy.secure_random.SecureGenerator`), apart from the run's own noise stream; which
+   canaries were drawn in is a secret of the run, kept in ``RUN/private/canaries.json`` (mode 0600) beside its
+   other secrets;
+3. the run trains on its universe U plus the canaries drawn in and releases its model as any run does. Its
+   normaliser is the public ``q * n_train`` (DP-SGD's and DPZero's), and every public value of the run
+   (run.json's ``n_train``, the summary's sizes and privacy statement, log.jsonl's sigma) is U's alone: none
+   depends on which canaries, or how many, were drawn in. The guarantee covers every training row, the
+   canaries as much as U's rows, and the run spends nothing besides its stated (epsilon, delta).
+
+``paczero audit RUN`` afterwards reads that run and trains nothing (:func:`canary_audit`):
+
 4. a membership score per canary from the released model: the rise of its label's log-odds from the base
    model to the released one, ranked among the canaries of that label (a canary that trained rises further);
+   dev-best selection is post-processing: it can only hide what the audit finds;
 5. guesses with abstention: 'in' for the ``k_in`` highest scores, 'out' for the ``k_out`` lowest,
-   no guess on the rest (default: a quarter of the canaries each way; the counts are fixed before the run,
-   as the bound needs);
+   no guess on the rest (default: a quarter of the canaries each way; the counts never read the inclusion
+   bits, as the bound needs);
 6. from ``v`` correct guesses out of ``r``, the largest epsilon at which an (epsilon, delta)-DP training
    run would get ``v`` or more right with probability under 5 %: a lower bound on the run's epsilon at
    its delta with 95 % confidence (the paper's Corollary 5.4 and Appendix D, :func:`p_value` and
@@ -21,30 +32,29 @@ Training Run", NeurIPS 2023): a lower bound on a DP run's epsilon from one train
 
 The bound is consistent with the run's statement when it is at most the stated epsilon; a bound above
 it says the run does not execute the mechanism it states (at 95 % confidence). A bound below says
-nothing more: a lower bound never proves privacy (docs/audit.md).
-
-The audit run's training data are RUN_DIR's training rows and the canaries drawn in: the public ``n_train``
-of that run counts them (the normaliser of DP-SGD's and DPZero's noisy sum, to which AdamW's and the
-zeroth-order steps' direction is insensitive); the audit run goes to a temporary folder (``--keep-run``
-keeps it), the result to ``RUN_DIR/canary_audit.json``. The math at the top is numpy/scipy only.
+nothing more: a lower bound never proves privacy (docs/audit.md). The result goes to
+``RUN/canary_audit.json``. The math at the top is numpy/scipy only.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Sequence
 
 import numpy as np
 from scipy.stats import binom
 
-__all__ = ["RESULT_FILE", "p_value", "epsilon_lower_bound", "max_provable_epsilon", "guess", "canary_rows",
-           "membership_scores", "word_tokens", "canary_command",
-           "draw_inclusion", "canary_audit", "format_canary_audit"]
+__all__ = ["RESULT_FILE", "CANARY_FILE", "p_value", "epsilon_lower_bound", "max_provable_epsilon", "guess",
+           "canary_rows", "membership_scores", "word_tokens", "draw_inclusion", "Planted", "plant", "keep_planted",
+           "read_planted", "planted_runs", "canary_audit", "canary_command", "format_canary_audit"]
 
 #: where the audit's result goes in the audited run's folder (public: see :func:`canary_audit`)
 RESULT_FILE = "canary_audit.json"
+#: the canaries of a run and which of them trained, in the run's private/ (a secret: mode 0600)
+CANARY_FILE = "canaries.json"
 CONFIDENCE = 0.95
 
 
@@ -174,56 +184,127 @@ def draw_inclusion(m: int, private_seed: int | None = None) -> np.ndarray:
     return np.asarray(SecureGenerator(key).integers(0, 2, size=m), dtype=bool)
 
 
+# ------------------------------------------------------------------------------ the canaries planted in a run
+@dataclass
+class Planted:
+    """A run's canaries (public: the rows, labels included) and which of them trained (private)."""
+    rows: list[dict]
+    included: np.ndarray  # bool, one per canary
+
+    def drawn(self) -> list[dict]:
+        return [row for row, drawn in zip(self.rows, self.included) if drawn]
+
+
+def plant(setup, run_dir: str | Path, resume: bool = False) -> None:
+    """Plant ``setup.cfg.canaries`` canaries in a built run, before its first step: the rows (:func:`canary_rows`
+    on the tokenizer's words and the public seed, each relabelled with the class ``setup.model``, the base model,
+    finds least likely: a model that only sharpens what it believed gets it wrong, one that learnt it right),
+    each drawn in with probability 1/2 (:func:`draw_inclusion`; a resumed run reads its own from ``run_dir``'s
+    private/). The universe the loop trains on becomes U's rows plus the canaries drawn in; ``setup.train`` (U,
+    whose size the run states) stays as it is, and ``setup.planted`` holds both for :func:`keep_planted`."""
+    from paczero.run.build import classes_of
+
+    cfg = setup.cfg
+    if resume:
+        planted = read_planted(run_dir, "cannot resume")
+    else:
+        rows = canary_rows(cfg.canaries, sorted(classes_of(cfg) or (0, 1)), word_tokens(setup.tokenizer),
+                           seed=cfg.seed)
+        probs = setup.task.probabilities(setup.model, setup.task.encode(rows), token_budget=cfg.token_budget)
+        least = np.asarray(setup.task.labels)[np.argmin(probs, axis=1)]
+        rows = [{**row, "label": int(label)} for row, label in zip(rows, least)]
+        planted = Planted(rows, draw_inclusion(cfg.canaries, cfg.private_seed))
+    drawn = planted.drawn()
+    setup.universe = list(setup.universe) + (setup.task.encode(drawn) if drawn else [])
+    setup.planted = planted
+
+
+def keep_planted(run_dir: str | Path, planted: Planted) -> None:
+    """The canaries and their inclusion bits into ``run_dir``'s private/ (mode 0600, fixed-width encoding)."""
+    from paczero.checkpoint import private_dir, write_json
+
+    write_json(private_dir(Path(run_dir)) / CANARY_FILE,
+               {"rows": planted.rows, "included": np.asarray(planted.included, dtype=bool)}, private=True)
+
+
+def read_planted(run_dir: str | Path, what: str) -> Planted:
+    """A run's :class:`Planted`, from its private/ (``what``: the start of the line that says it is missing)."""
+    from paczero.checkpoint import PRIVATE_DIR, decode
+    from paczero.config import ConfigError
+
+    path = Path(run_dir) / PRIVATE_DIR / CANARY_FILE
+    try:
+        found = decode(json.loads(path.read_text()))
+        planted = Planted(list(found["rows"]), np.asarray(found["included"], dtype=bool))
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"{what}: {str(path)!r}, which canaries the run trained on, is missing or "
+                          "unreadable") from None
+    if len(planted.rows) != len(planted.included):
+        raise ConfigError(f"{what}: {str(path)!r} is damaged (rows and inclusion bits differ in number)")
+    return planted
+
+
 # ------------------------------------------------------------------------------ the audit
-def canary_audit(run_dir: str | Path, m: int, train: Callable[..., dict], *, k_in: int | None = None,
-                 k_out: int | None = None, keep_run: str | Path | None = None, log=print) -> dict[str, Any]:
-    """The one-run audit of RUN_DIR's DP configuration with ``m`` canaries (module docstring). ``train``
-    is :func:`paczero.train.train` (the loop lives above this room). Writes and returns the result; the
-    inclusion bits and the scores, the auditor's own secrets, go to the audit run's ``private/`` only when
-    it is kept."""
-    import tempfile
+def planted_runs(run_dirs: Sequence[str | Path]) -> bool:
+    """Whether any of ``run_dirs`` was trained with canaries (its run.json's config ``canaries``)."""
+    for run in run_dirs:
+        try:
+            if json.loads((Path(run).expanduser() / "run.json").read_text())["config"].get("canaries"):
+                return True
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return False
 
-    from paczero.config import DP_MECHANISMS, ConfigError
 
-    run_dir = Path(run_dir).expanduser()
-    cfg = _recorded_config(run_dir)
-    if cfg.mechanism not in DP_MECHANISMS:
-        raise ConfigError(f"--canaries audits a DP run's (epsilon, delta) ({', '.join(DP_MECHANISMS)}); "
-                          f"{str(run_dir)!r} is a {cfg.mechanism} run")
-    if isinstance(m, bool) or not isinstance(m, int) or m < 2:
-        raise ConfigError(f"--canaries needs at least 2 canaries, got {m!r}")
-    k_in = max(1, m // 4) if k_in is None else k_in
-    k_out = max(1, m // 4) if k_out is None else k_out
-    if k_in < 0 or k_out < 0 or k_in + k_out > m or k_in + k_out == 0:
-        raise ConfigError(f"--guess-in and --guess-out must be >= 0 and together between 1 and the {m} "
-                          f"canaries, got {k_in} and {k_out}")
-    _check_task(cfg)
-    with tempfile.TemporaryDirectory(prefix="paczero-canaries-") as tmp:
-        out = Path(keep_run).expanduser() if keep_run is not None else Path(tmp) / "run"
-        rows, base = _canaries_on_the_base_model(cfg, m)
-        included = draw_inclusion(m, cfg.private_seed)
-        audit_cfg = _train_audit_run(cfg, rows, included, out, train, log)
-        released = _released_margins(audit_cfg, out, rows)
+def canary_audit(run_dir: str | Path, *, k_in: int | None = None, k_out: int | None = None,
+                 log=print) -> dict[str, Any]:
+    """The one-run audit of RUN_DIR, a finished run trained with canaries (module docstring): reads its
+    canaries, their inclusion bits and its released weights; trains nothing. Writes and returns the result
+    (public: the bound, the counts, the stated epsilon)."""
+    from paczero.checkpoint import write_json
+
+    run_dir, cfg, planted, k_in, k_out = _audit_inputs(run_dir, k_in, k_out)
+    m, rows = cfg.canaries, planted.rows
+    log(f"paczero: audit: {m} canaries of {str(run_dir)!r} against its released model (no training)")
+    base, released = _margins_before_and_after(cfg, run_dir, rows)
     scores = membership_scores(base, released, np.array([row["label"] for row in rows]))
     guesses = guess(scores, k_in, k_out)
+    included = planted.included
     r = int(np.count_nonzero(guesses))
     v = int(np.sum((guesses == 1) & included) + np.sum((guesses == -1) & ~included))
-    if keep_run is not None:
-        _keep_private(out, included, scores, guesses)
     stated = _stated_epsilon(run_dir)
     result = {"canaries": m, "guesses": r, "guessed_in": k_in, "guessed_out": k_out, "correct": v,
               "delta": cfg.delta, "confidence": CONFIDENCE,
               "epsilon_lower_bound": epsilon_lower_bound(m, r, v, cfg.delta),
               "epsilon_max_provable": epsilon_lower_bound(m, r, r, cfg.delta),
               "epsilon_stated": stated, "epsilon_target": cfg.epsilon, "mechanism": cfg.mechanism,
-              "score": "the rise of the canary label's log-odds from the base model to the audit run's last weights, "
+              "score": "the rise of the canary label's log-odds from the base model to the run's released weights, "
                        "ranked among the canaries of its label",
-              "audit_run": str(out) if keep_run is not None else None}
+              "audited": "the run itself: its released weights, trained on its rows and the canaries drawn in"}
     result["consistent"] = None if stated is None else bool(result["epsilon_lower_bound"] <= stated)
-    from paczero.checkpoint import write_json
-
     write_json(run_dir / RESULT_FILE, result)
     return result
+
+
+def _audit_inputs(run_dir: str | Path, k_in: int | None, k_out: int | None):
+    """RUN_DIR's recorded config, canaries and guess counts, checked (one line each) before a model loads."""
+    from paczero.config import ConfigError
+
+    run_dir = Path(run_dir).expanduser()
+    cfg = _recorded_config(run_dir)
+    if not cfg.canaries:
+        raise ConfigError(f"{str(run_dir)!r} has no canaries to audit: plant them in the run itself, "
+                          "paczero train ... --canaries M (dp-sgd, dpzero), then paczero audit RUN")
+    m = cfg.canaries
+    k_in = max(1, m // 4) if k_in is None else k_in
+    k_out = max(1, m // 4) if k_out is None else k_out
+    if k_in < 0 or k_out < 0 or k_in + k_out > m or k_in + k_out == 0:
+        raise ConfigError(f"--guess-in and --guess-out must be >= 0 and together between 1 and the {m} "
+                          f"canaries, got {k_in} and {k_out}")
+    if not (run_dir / "selected.safetensors").is_file():
+        raise ConfigError(f"run {str(run_dir)!r} is not finished (no selected.safetensors): the audit reads "
+                          "its released weights")
+    return run_dir, cfg, read_planted(run_dir, f"cannot audit {str(run_dir)!r}"), k_in, k_out
 
 
 def _recorded_config(run_dir: Path):
@@ -237,55 +318,17 @@ def _recorded_config(run_dir: Path):
     return TrainConfig.from_dict(values, source=str(run_dir / "run.json")).validate()
 
 
-def _check_task(cfg) -> None:
-    from paczero.config import CLASSIFICATION_TASKS, ConfigError
-
-    if cfg.task not in CLASSIFICATION_TASKS:
-        raise ConfigError(f"--canaries plants labelled rows: it audits classification runs "
-                          f"({', '.join(CLASSIFICATION_TASKS)}), not task {cfg.task}")
-
-
-def _canaries_on_the_base_model(cfg, m: int) -> tuple[list, np.ndarray]:
-    """The canaries (:func:`canary_rows`), each relabelled with the class the base model finds least likely
-    (a model that only sharpens what it already believed gets it wrong, one that learnt the canary right),
-    and their log-odds under the base model."""
-    from paczero.run.build import build, classes_of
-    from paczero.models import load_tokenizer
-
-    rows = canary_rows(m, sorted(classes_of(cfg) or (0, 1)), word_tokens(load_tokenizer(cfg.model)), seed=cfg.seed)
-    setup = build(cfg, examples=(rows, [], []))
-    probs = setup.task.probabilities(setup.model, setup.task.encode(rows), token_budget=cfg.token_budget)
-    least = np.asarray(setup.task.labels)[np.argmin(probs, axis=1)]
-    rows = [{**row, "label": int(label)} for row, label in zip(rows, least)]
-    return rows, _margins(setup, rows)
-
-
-def _train_audit_run(cfg, rows: list, included: np.ndarray, out: Path, train: Callable[..., dict], log):
-    """One training run of ``cfg`` on its training rows and the canaries drawn in; its last weights released."""
-    from paczero.run.build import Given, build
-
-    setup = build(cfg, with_model=False)
-    universe = list(setup.train) + [row for row, drawn in zip(rows, included) if drawn]
-    audit_cfg = cfg.replace(out_dir=str(out), overwrite=True, n_train=len(universe), n_dev=len(setup.dev),
-                            n_test=len(setup.test), dev_best=False, heldout_attack=False, push_to_hub=None,
-                            report_to="none", rungs=None, ood_data=None, progress=False).validate()
-    log(f"paczero: audit: one training run of {cfg.mechanism} with {len(rows)} canaries, each in with "
-        "probability 1/2 (private)")
-    train(audit_cfg, log=lambda line: None, given=Given(examples=(universe, list(setup.dev), list(setup.test)),
-                                                        data_use="canary audit"))
-    return audit_cfg
-
-
-def _released_margins(cfg, run_dir: Path, rows: list) -> np.ndarray:
-    """The canaries' log-odds under the audit run's released (last) weights."""
+def _margins_before_and_after(cfg, run_dir: Path, rows: list) -> tuple[np.ndarray, np.ndarray]:
+    """The canaries' log-odds under the base model and under the run's released weights."""
     from safetensors.torch import load_file
 
     from paczero.models import trainable_parameters
     from paczero.run.build import build, load_trainable
 
     setup = build(cfg, examples=(rows, [], []))
+    base = _margins(setup, rows)
     load_trainable(trainable_parameters(setup.model, cfg.track), load_file(str(run_dir / "selected.safetensors")))
-    return _margins(setup, rows)
+    return base, _margins(setup, rows)
 
 
 def _margins(setup, rows: list) -> np.ndarray:
@@ -307,16 +350,6 @@ def _margins(setup, rows: list) -> np.ndarray:
     return collect(out, batches, len(encoded)).double().numpy()
 
 
-def _keep_private(run_dir: Path, included: np.ndarray, scores: np.ndarray, guesses: np.ndarray) -> None:
-    import os
-
-    from paczero.checkpoint import private_dir, write_json
-
-    path = private_dir(run_dir) / "canaries.json"
-    write_json(path, {"included": included.tolist(), "scores": scores.tolist(), "guesses": guesses.tolist()})
-    os.chmod(path, 0o600)
-
-
 def _stated_epsilon(run_dir: Path) -> float | None:
     """The epsilon the audited run states (its summary's privacy statement), if it finished: the tighter of
     its two accountants' (both are valid; the audit tests the strongest claim)."""
@@ -329,21 +362,19 @@ def _stated_epsilon(run_dir: Path) -> float | None:
     return min(found) if found else None
 
 
-def canary_command(ns, train: Callable[..., dict]) -> int:
-    """``paczero audit --canaries M [--guess-in K] [--guess-out K] [--keep-run DIR] [--json] RUN_DIR...``."""
+def canary_command(ns) -> int:
+    """``paczero audit RUN_DIR... [--guess-in K] [--guess-out K] [--json]`` on runs trained with canaries."""
     import sys
 
     from paczero.config import ConfigError
 
-    if ns.canaries is None:
-        raise ConfigError("--guess-in, --guess-out and --keep-run belong to --canaries M")
     if ns.heldout or ns.last_bits or ns.reveal_secret:
-        raise ConfigError("--canaries is an audit of its own (not with --heldout, --last-bits or --reveal-secret)")
-    if ns.keep_run is not None and len(ns.run_dirs) > 1:
-        raise ConfigError("--keep-run keeps one audit run: give one RUN_DIR")
-    found = {str(run): canary_audit(run, ns.canaries, train, k_in=ns.guess_in, k_out=ns.guess_out,
-                                    keep_run=ns.keep_run, log=lambda line: print(line, file=sys.stderr))
-             for run in ns.run_dirs}
+        raise ConfigError("the canary audit is an audit of its own (not with --heldout, --last-bits or "
+                          "--reveal-secret)")
+    for run in ns.run_dirs:  # every run checked before any model loads
+        _audit_inputs(run, ns.guess_in, ns.guess_out)
+    found = {str(run): canary_audit(run, k_in=ns.guess_in, k_out=ns.guess_out,
+                                    log=lambda line: print(line, file=sys.stderr)) for run in ns.run_dirs}
     print(json.dumps(found, indent=1) if ns.json else "\n".join(format_canary_audit(r, f) for r, f in found.items()))
     return 0
 

@@ -60,13 +60,11 @@ def _add_audit(sub) -> None:
                    help="instead: the attack the field measures, on runs of any mechanism: the released model's loss "
                         "on the records of U against the held-out test records of the same file (AUC per run, with "
                         "what bounds it: DP's epsilon does, the PAC guarantee does not)")
-    g = p.add_argument_group("the one-run canary audit of a DP run (Steinke et al. 2023; docs/audit.md)")
-    g.add_argument("--canaries", type=int, metavar="M", help="instead: train the run's DP configuration once more "
-                   "with M canaries, each in with probability 1/2, and print a lower bound on its epsilon at 95 %% "
-                   "confidence beside the stated one (also in RUN_DIR/canary_audit.json)")
+    g = p.add_argument_group("the one-run canary audit (Steinke et al. 2023; docs/audit.md)", "of a DP run trained "
+                             "with --canaries M (its default audit): reads the run, trains nothing, and prints a lower "
+                             "bound on its epsilon at 95 % confidence (also in RUN_DIR/canary_audit.json)")
     g.add_argument("--guess-in", type=int, metavar="K", help="guess 'in' for the K highest scores (default: M/4)")
     g.add_argument("--guess-out", type=int, metavar="K", help="guess 'out' for the K lowest (default: M/4)")
-    g.add_argument("--keep-run", metavar="DIR", help="keep the audit's training run in DIR (default: removed)")
 
 
 def _cmd_audit(ns) -> int:
@@ -74,11 +72,10 @@ def _cmd_audit(ns) -> int:
 
     if ns.bootstrap < 1:
         raise ValueError(f"--bootstrap must be >= 1, got {ns.bootstrap}")
-    if (ns.canaries, ns.guess_in, ns.guess_out, ns.keep_run) != (None,) * 4:
-        from paczero.audit.canaries import canary_command
-        from paczero.train import train
+    from paczero.audit.canaries import canary_command, planted_runs
 
-        return canary_command(ns, train)  # the audit trains once, with the loop (which lives above audit/)
+    if (ns.guess_in, ns.guess_out) != (None, None) or not (ns.heldout or ns.last_bits) and planted_runs(ns.run_dirs):
+        return canary_command(ns)  # runs trained with --canaries M: their one-run audit (no training)
     if ns.heldout:
         from paczero.audit.heldout import format_heldout, heldout_audit
 

@@ -66,6 +66,7 @@ class Setup:
     ood_enc: list | None = None  # the encoded out-of-domain test file (config ood_data), evaluated at the end
     data_use: str | None = None  # the API: what each dataset given was used for
     prompt: dict | None = None  # classification: the prompt and answer words scored (paczero.tasks.prompts.prompt_record)
+    planted: Any = None  # config canaries: the canaries and which trained (paczero.audit.canaries.Planted: private)
 
 
 @dataclass
@@ -354,10 +355,11 @@ def build_together(cfg: TrainConfig, dp, resumed_run: dict | None = None,
 
 
 def split_sizes(setup: Setup) -> dict[str, int]:
-    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state. A DP run's
-    universe is stated as the public ``n_train`` (its expected size: the true one is private under
-    add-or-remove adjacency, :func:`paczero.tasks.split.stable_split`)."""
-    universe = setup.cfg.n_train if stable_universe(setup) else len(setup.universe)
+    """The sizes of a run's universe, dev and test sets: what its summary, statement and card state (the
+    universe's training rows: not the canaries a run with config canaries trains on besides). A DP run's universe
+    is stated as the public ``n_train`` (its expected size: the true one is private under add-or-remove adjacency,
+    :func:`paczero.tasks.split.stable_split`)."""
+    universe = setup.cfg.n_train if stable_universe(setup) else len(setup.train)
     return {"universe": universe, "dev": len(setup.dev_enc), "test": len(setup.test_enc)}
 
 

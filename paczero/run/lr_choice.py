@@ -50,7 +50,7 @@ def family(mechanism: str) -> str:
 
 def candidates(cfg: TrainConfig, lr_flag: Any) -> tuple[float, ...] | None:
     """The learning rates ``--lr`` names (None: one value, a plain run); refused in one line (before anything
-    loads) with ``--resume`` or under torchrun."""
+    loads) with ``--resume``, under torchrun, or with canaries."""
     if not (lr_flag == "auto" or isinstance(lr_flag, (tuple, list))):
         return None
     lrs = AUTO_GRIDS[family(cfg.mechanism)] if lr_flag == "auto" else tuple(lr_flag)
@@ -60,6 +60,9 @@ def candidates(cfg: TrainConfig, lr_flag: Any) -> tuple[float, ...] | None:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise ConfigError("a learning-rate choice runs its candidates one after another in one process: "
                           "not under torchrun; give one --lr")
+    if cfg.canaries:
+        raise ConfigError("--canaries plants its canaries in one run, the one the audit reads: a learning-rate "
+                          "choice trains several; give one --lr")
     return lrs
 
 

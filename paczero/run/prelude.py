@@ -95,7 +95,7 @@ def claim_run_dir(cfg: TrainConfig, ranks, given: Given | None = None):
     return run_dir, lock
 
 
-def begin(run) -> None:
+def begin(run, secrets=None) -> None:
     """A new run's run.json (after ``--overwrite`` cleared the folder: every input is read and checked by now)."""
     cfg = run.cfg
     kept = clear_run_dir(run.out_dir) if cfg.overwrite else []
@@ -104,6 +104,8 @@ def begin(run) -> None:
                      f"there: {', '.join(kept)}")
     if run.run_dir != run.out_dir:  # a DP run: its private stage (made after --overwrite cleared the folder)
         make_stage(run.out_dir)
+    if secrets is not None:  # the loop's secrets written before the record (the canaries' bits: paczero/train.py)
+        secrets(run)
     public_data = {} if private_batches(cfg) else {"universe_size": run.n, "data_fingerprint": run.fingerprint}
     atomic_json(run.run_dir / "run.json", {"marker": MARKER, "config": cfg.to_dict(), **public_data,
                                            "secret_source": secret_source(cfg, claims_privacy(run.mechanism)),

@@ -205,6 +205,8 @@ def model_card(summary: dict[str, Any], task: dict[str, Any] | None = None) -> s
         *_prompt_lines(summary.get("prompt")),
         f"- Privacy guarantee: {guarantee_summary(summary.get('privacy') or {})}",
         *([f"- Learning rate: {summary['lr_choice']['line']}"] if summary.get("lr_choice") else []),
+        *([f"- Canaries: {cfg['canaries']} rows of random words, each trained on with probability 1/2, for the "
+           "one-run audit of its epsilon (`paczero audit RUN`, docs/audit.md)."] if cfg.get("canaries") else []),
         *license_line,
         "",
         f"| | dev {metric} | test {metric} |",

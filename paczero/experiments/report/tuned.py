@@ -119,8 +119,9 @@ def _zero_label(settings: dict, groups: list) -> str:
 
 
 def empirical_epsilon(cell: Cell) -> str:
-    """The one-run canary audit's ε lower bound (95 %) of a cell's runs that hold one (``paczero audit RUN
-    --canaries M`` writes RUN/canary_audit.json), against its stated ε; "—" where no run was audited."""
+    """The one-run canary audit's ε lower bound (95 %) of a cell's runs that hold one (``paczero audit RUN`` of a
+    run trained with ``--canaries M`` writes RUN/canary_audit.json), against its stated ε; "—" where no run was
+    audited."""
     from paczero.audit.canaries import RESULT_FILE
 
     found = []
@@ -189,8 +190,8 @@ def gain_table(cells: list[Cell]) -> str:
                  f"same ε only with more noise on every step, which the cell prices for {LONGER}x the steps), else "
                  "\"flat\".")
     if audited:
-        note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (`paczero audit RUN "
-                 "--canaries M`, docs/audit.md) of the cell's audited runs; a lower bound never proves privacy, and "
+        note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (docs/audit.md) of the "
+                 "cell's audited runs; a lower bound never proves privacy, and "
                  "one above the stated ε would show the run does not keep its guarantee.")
     return "\n\n".join([note, markdown_table(
         ["Method", "lr (chosen on dev)", *(["Steps T"] if ends else []), "Test acc %", "Test loss", "Gain acc (pts)",
