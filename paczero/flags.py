@@ -89,9 +89,13 @@ def parse_lr(text: str) -> float | tuple[float, ...] | str:
     family): a choice among candidate runs on dev (:mod:`paczero.run.lr_choice`)."""
     if text.strip().lower() == "auto":
         return "auto"
-    if "," not in text:
-        return float(text)  # a bad number: argparse's one line; lr <= 0: TrainConfig's
-    values = items_of(float)(text)
+    try:
+        if "," not in text:
+            return float(text)  # lr <= 0 or not finite: TrainConfig's one line
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number (2e-2), a comma list of numbers (5e-3,1e-2,2e-2) or "
+                                         f"auto, got {text!r}") from None
     bad = [v for v in values if not (v > 0 and v < float("inf"))]
     if bad:
         raise argparse.ArgumentTypeError(f"every learning rate must be > 0 and finite, got {bad[0]:g}")

@@ -564,3 +564,15 @@ def test_a_flag_of_another_tool_points_at_paczero_s(typed, meant, capsys):
     assert main(["train", f"{typed}=3", "--print-config"]) == 2
     err = _one_error_line(capsys)
     assert f"did you mean {typed} -> {meant}" in err, err
+
+
+@pytest.mark.parametrize("value", ["abc", "1e-3,x", "auto2"])
+def test_a_bad_lr_says_what_lr_accepts(value, capsys, tmp_path):
+    """`--lr abc` (or a comma list with a word in it) is one line, exit 2, that says what --lr takes: a number, a
+    comma list of numbers, or auto, and repeats what was typed. Red if the line is argparse's own "invalid
+    parse_lr value" (the function's name, not the flag's values)."""
+    argv = ["train", "--model", "tiny-llama", "--task", "demo", "--out-dir", str(tmp_path / "never"), "--lr", value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "parse_lr" not in err, err
+    assert "--lr" in err and "a number" in err and "comma" in err and "auto" in err and repr(value) in err, err

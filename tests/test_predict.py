@@ -35,12 +35,14 @@ def run(tmp_path_factory):
 
 def test_class_report_counts_by_hand():
     """Truth [0 0 1 2], predicted [0 1 1 1]: class 0 precision 1 recall 0.5, class 1 precision 1/3 recall 1,
-    class 2 never predicted (precision, recall, F1 0); the matrix's rows are the true classes. Red if rows and
-    columns swap or precision and recall do."""
+    class 2 never predicted (precision, recall, F1 0); the matrix's rows are the true classes, and the matrix says
+    so (``rows``: the true label, ``columns``: the predicted one). Red if rows and columns swap, if precision and
+    recall do, or if the matrix does not name its axes."""
     from paczero.tasks.classification import class_report
 
     found = class_report([0, 0, 1, 2], [0, 1, 1, 1], ["a", "b", "c"])
-    assert found["confusion"] == {"labels": ["a", "b", "c"], "matrix": [[1, 1, 0], [0, 1, 0], [0, 1, 0]]}
+    assert found["confusion"] == {"rows": "true label", "columns": "predicted label", "labels": ["a", "b", "c"],
+                                  "matrix": [[1, 1, 0], [0, 1, 0], [0, 1, 0]]}
     assert found["per_class"]["a"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
     assert found["per_class"]["b"] == {"precision": pytest.approx(1 / 3), "recall": 1.0, "f1": 0.5, "support": 1}
     assert found["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
