@@ -256,12 +256,16 @@ def recorded_settings(out_dir: str) -> dict[str, Any]:
 
     path = run_record(Path(out_dir).expanduser())  # a DP run's stays in its private stage until it ends
     try:
-        saved = json.loads(path.read_text())["config"]
+        record = json.loads(path.read_text())
+        saved = record["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     if not isinstance(saved, dict):
         return {}
-    return {k: v for k, v in saved.items() if k in TrainConfig.field_names() and k not in _NOT_RESUMED}
+    settings = {k: v for k, v in saved.items() if k in TrainConfig.field_names() and k not in _NOT_RESUMED}
+    if (record.get("prompt") or {}).get("source") == "auto":  # config holds the prompt auto chose; the run's
+        settings["template"] = "auto"  # setting was auto (its candidates with it), and the resume keeps that choice
+    return settings
 
 
 def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
