@@ -236,8 +236,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
 
         print("paczero: dp-sgd defaults: " + ", ".join(f"{k} {v:g}" for k, v in unset.items())
               + " (flags set them)", file=sys.stderr)
-    if not set(SIZES) & set(values):
-        cfg = sizes_as_given(cfg)
+    if not set(SIZES) <= set(values):  # a size not set: from the file where the defaults do not fit it
+        cfg = sizes_as_given(cfg, given=set(SIZES) & set(values))
     return cfg
 
 
@@ -268,10 +268,11 @@ def recorded_settings(out_dir: str) -> dict[str, Any]:
     return settings
 
 
-def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
-    """With no sample size set anywhere, a local data file too small for the default sizes is used as given
-    (:func:`paczero.tasks.split.sizes_for_file`); one line (``say``; default: stderr) says how, and the config
-    records it. A DP run takes no size from its data (:func:`check_dp_sizes`)."""
+def sizes_as_given(cfg: TrainConfig, say=None, given=()) -> TrainConfig:
+    """With a sample size not set, a local data file too small for the default sizes is used as given
+    (:func:`paczero.tasks.split.sizes_for_file`): the sizes named in ``given`` as set, the others from the
+    file's rows. One line (``say``; default: stderr) says how, and the config records it. A DP run takes no size
+    from its data (:func:`check_dp_sizes`; with some sizes given, the others keep their defaults)."""
     import sys
     from pathlib import Path
 
@@ -279,15 +280,17 @@ def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
     from paczero.tasks.split import sizes_for_file
 
     check_dp_sizes(cfg)
-    if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file():
+    if cfg.data in (None, "demo") or not Path(cfg.data).expanduser().is_file() or cfg.mechanism in DP_MECHANISMS:
         return cfg
     sizes = sizes_for_file(canonical_task(cfg.task), Path(cfg.data).expanduser(),
                            {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels,
-                           class_labels(cfg.task, cfg.verbalizer, cfg.labels))
+                           class_labels(cfg.task, cfg.verbalizer, cfg.labels), given=given)
     if sizes is None:
         return cfg
-    line = (f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "
-            f"{cfg.n_dev}): U = {sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
+    named = ", ".join(f"{k} {getattr(cfg, k)}" + (" as given" if k in given else "") for k in SIZES
+                      if k in given or k != "n_test")
+    line = (f"paczero: data: {cfg.data} has too few rows for the default sizes ({named}): U = "
+            f"{sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
             "data_seed (--n-train, --n-dev and --n-test choose)")
     (say or (lambda text: print(text, file=sys.stderr)))(line)
     return cfg.replace(**sizes).validate()
