@@ -5,8 +5,9 @@ the weights (a LoRA adapter or a full model), the tokenizer, the model card and 
 the model was trained for. For a classification model, ``task.json`` gives the prompt template, the
 option text of each label (the verbalizer) and the label names; a prediction is the label whose option
 has the highest mean log-probability after the prompt. This script loads the folder, scores every
-example of a labelled file and prints the accuracy and the loss, the numbers ``paczero eval`` reports on the
-same examples::
+example of a labelled file (in batches as ``paczero eval`` forms them: prompts of about one length together,
+padded on the left, under inference mode) and prints the accuracy and the loss, the numbers ``paczero eval``
+reports on the same examples::
 
     python examples/use_released_model.py runs/mine/model heldout.jsonl
     python examples/use_released_model.py runs/mine/model heldout.jsonl --base-model path/to/base
@@ -81,24 +82,65 @@ def prompt_ids(task: dict, tokenizer, example: dict, room: int) -> list[int]:
     return prefix + ids[-max(room - len(prefix), 1):]
 
 
-@torch.inference_mode()
-def option_scores(model, rows: list[tuple[list[int], list[int]]]) -> list[float]:
-    """The mean log-probability of each row's option tokens after its prompt (a row: ``(prompt, option)``),
-    every row in one forward: right-padded (a causal model's real tokens never see the padding after them, so
-    any token id pads), and the log-softmax taken only where an option token is predicted."""
-    width = max(len(prompt) + len(option) for prompt, option in rows)
+def batches(lengths: list[int], rows_per_example: int, token_budget: int) -> list[list[int]]:
+    """Example positions grouped into batches of at most ``token_budget`` padded tokens (each example
+    ``rows_per_example`` rows; at least one example a batch), longest first; an example joins a batch only if it
+    is at most ``max(2, 10 %)`` of the batch's longest shorter, so that padding stays near zero (as paczero
+    batches them on a CPU)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups, start = [], 0
+    while start < len(order):
+        longest = max(lengths[order[start]], 1)
+        size = max(token_budget // (longest * rows_per_example), 1)
+        shortest = longest - max(2, int(0.1 * longest))
+        end = start + 1
+        while end < len(order) and end - start < size and lengths[order[end]] >= shortest:
+            end += 1
+        groups.append(order[start:end])
+        start = end
+    return groups
+
+
+def left_padded(rows: list[list[int]]):
+    """``(input_ids, attention_mask, position_ids)`` of ``rows`` padded on the left: every row's last token in
+    the last position, each real token at its own position (the padding is masked, so any token id pads)."""
+    width = max(len(row) for row in rows)
     ids = torch.zeros((len(rows), width), dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (prompt, option) in enumerate(rows):
-        ids[i, :len(prompt) + len(option)] = torch.tensor(prompt + option)
-        mask[i, :len(prompt) + len(option)] = 1
-    logits = model(input_ids=ids, attention_mask=mask).logits
-    scores = []
-    for i, (prompt, option) in enumerate(rows):
-        positions = torch.arange(len(prompt) - 1, len(prompt) - 1 + len(option))  # position p predicts token p + 1
-        logprobs = torch.log_softmax(logits[i, positions].float(), dim=-1)
-        scores.append(logprobs[torch.arange(len(option)), torch.tensor(option)].mean().item())
-    return scores
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row)
+        mask[i, width - len(row):] = 1
+    return ids, mask, (mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+@torch.inference_mode()
+def class_scores(model, prompts: list[list[int]], options: list[list[int]], token_budget: int = 2048):
+    """``[len(prompts), len(options)]`` (fp32): each option's mean log-probability after each prompt, in the
+    prompts' order. Batched as ``paczero eval`` batches: prompts of about one length together, padded on the
+    left, and only the positions that predict an option projected through the model's head. Where every option
+    is one token, one row a prompt gives every option's score (the log-softmax at its last position); otherwise
+    each prompt has one row per option (``prompt + option[:-1]``) whose last positions predict the option."""
+    device = next(model.parameters()).device
+    single = all(len(option) == 1 for option in options)
+    extra = 0 if single else max(map(len, options)) - 1
+    out = torch.empty((len(prompts), len(options)))
+    for group in batches([len(p) + extra for p in prompts], 1 if single else len(options), token_budget):
+        if single:
+            rows = [prompts[i] for i in group]
+        else:
+            rows = [prompts[i] + option[:-1] for i in group for option in options]
+        ids, mask, positions = (t.to(device) for t in left_padded(rows))
+        keep = 1 if single else extra + 1
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep,
+                       use_cache=False).logits[:, -keep:].float()
+        logprobs = torch.log_softmax(logits, dim=-1).cpu()
+        if single:
+            out[group] = logprobs[:, -1, [option[0] for option in options]]
+            continue
+        for r, (i, c) in enumerate((i, c) for i in group for c in range(len(options))):
+            option = torch.tensor(options[c]).unsqueeze(-1)
+            out[i, c] = logprobs[r, keep - len(option):].gather(-1, option).mean()
+    return out
 
 
 def label_of(task: dict, value) -> int:
@@ -111,8 +153,8 @@ def label_of(task: dict, value) -> int:
 
 def evaluate(model, tokenizer, task: dict, examples: list[dict], token_budget: int = 2048) -> dict[str, float]:
     """``accuracy``, the fraction of ``examples`` whose highest-scoring option is their label's, and ``loss``, the
-    mean cross-entropy of the label over the option scores (both as ``paczero eval`` reports them); the
-    examples' (prompt, option) rows are scored in batches of about ``token_budget`` tokens."""
+    mean cross-entropy of the label over the option scores (both as ``paczero eval`` reports them), scored in
+    batches of about ``token_budget`` tokens (:func:`class_scores`)."""
     if task["kind"] != "classification":
         raise SystemExit(f"this script scores classification; this model's task is {task['kind']!r} "
                          f"(task.json and the model card say how its prompts and answers are built)")
@@ -120,17 +162,11 @@ def evaluate(model, tokenizer, task: dict, examples: list[dict], token_budget: i
     options = [tokenizer(task["verbalizer"][str(k)], add_special_tokens=False)["input_ids"] for k in labels]
     room = task["max_length"] - (max(len(o) for o in options) - 1)
     prompts = [prompt_ids(task, tokenizer, example, room) for example in examples]
-    per_example = max(1, token_budget // (max(map(len, prompts)) + max(map(len, options))) // len(options))
-    correct, loss = 0, 0.0
-    for start in range(0, len(examples), per_example):
-        batch = range(start, min(start + per_example, len(examples)))
-        scores = option_scores(model, [(prompts[i], option) for i in batch for option in options])
-        for j, i in enumerate(batch):
-            mine = torch.tensor(scores[j * len(options):(j + 1) * len(options)])
-            truth = labels.index(label_of(task, examples[i]["label"]))
-            correct += int(mine.argmax()) == truth
-            loss -= torch.log_softmax(mine, dim=0)[truth].item()  # cross-entropy of the label over the options
-    return {"accuracy": correct / len(examples), "loss": loss / len(examples)}
+    scores = class_scores(model, prompts, options, token_budget)
+    truth = torch.tensor([labels.index(label_of(task, example["label"])) for example in examples])
+    correct = (scores.argmax(dim=1) == truth).float().mean().item()
+    loss = torch.nn.functional.cross_entropy(scores, truth).item()  # of the label over the options' scores
+    return {"accuracy": correct, "loss": loss}
 
 
 def accuracy(model, tokenizer, task: dict, examples: list[dict], token_budget: int = 2048) -> float:

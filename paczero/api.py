@@ -129,10 +129,10 @@ class PACZeroTrainer:
             if cfg.mechanism in DP_MECHANISMS:  # U's size is private: the public n_train stays its expected size
                 used.pop("n_train")
             cfg = cfg.replace(**used)
-        elif not self._sizes:  # a data file too small for the default sizes is used as given, as on the command line
+        elif len(self._sizes) < 3:  # a data file too small for the default sizes is used as given, as on the command line
             from paczero.flags import sizes_as_given
 
-            cfg = sizes_as_given(cfg, say=lambda line: log(in_api_words(line)))
+            cfg = sizes_as_given(cfg, say=lambda line: log(in_api_words(line)), given=self._sizes)
         note = _data_use(self.datasets, examples, cfg.n_train if cfg.mechanism in DP_MECHANISMS else None)
         if note:
             log(f"paczero: data: {note}")

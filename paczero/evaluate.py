@@ -150,12 +150,12 @@ def predict_target(target: str, data: str, *, out: str | None = None, overrides:
     if cfg.task not in CLASSIFICATION_TASKS:
         raise ConfigError(f"paczero predict labels rows for a classification model; this one's task is {cfg.task}")
     records = read_records(Path(data).expanduser())
-    columns = dict(cfg.columns or {})
+    given = overrides.get("columns")
+    columns = dict(given if given is not None else recorded_columns(target) or {})
     present = set(records[0]) if records else set()
-    if "columns" not in overrides and columns.get("sentence", "sentence") not in present:
-        found = ["text"] if "text" in present else sorted(present - {"label", "split", "id"})
-        if len(found) == 1:  # the file's one text column
-            columns["sentence"] = found[0]
+    if records:
+        columns["sentence"] = text_column(data, present, columns.get("sentence"),
+                                          "--columns names" if given is not None else "the model was trained on")
     labelled = columns.get("label", "label") in present
     if not labelled:  # new rows to label: a placeholder class for the task's encoding, never reported
         columns.pop("label", None)
@@ -187,3 +187,38 @@ def predict_target(target: str, data: str, *, out: str | None = None, overrides:
         + (f" (accuracy {found['accuracy']:.3f}, loss {found['loss']:.3f} against the file's labels)" if labelled
            else "") + (f": {out}" if out else ""))
     return found
+
+
+def recorded_columns(target: str) -> dict | None:
+    """The column names ``target`` was trained with: a run folder's run.json's; a released folder's task.json's,
+    else those of the run whose folder holds it; None where nothing records them (the task's own names)."""
+    path = Path(target).expanduser()
+    if (path / "run.json").exists():
+        sources = [(path / "run.json", "config")]
+    else:
+        sources = [(path / TASK_FILE, "paczero"), (path.parent / "run.json", "config")]
+    for record, key in sources:
+        try:
+            found = (json.loads(record.read_text()).get(key) or {}).get("columns")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if found:
+            return dict(found)
+    return None
+
+
+def text_column(data: str, present: set, name: str | None, whose: str) -> str:
+    """The column of ``data`` (whose columns are ``present``) that ``paczero predict`` reads as the sentence:
+    ``name`` (the one ``whose`` words say it comes from), else ``sentence`` or ``text``. A file without it is one
+    line naming the column, the file's own columns and --columns; no other column is read in its place."""
+    if name is None:
+        found = next((c for c in ("sentence", "text") if c in present), None)
+        if found is not None:
+            return found
+        wanted = "a 'sentence' or 'text' column"
+    elif name in present:
+        return name
+    else:
+        wanted = f"column {name!r}, the text column {whose}"
+    raise ConfigError(f"{data} has no {wanted}; its columns are {sorted(present)}: name its text column with "
+                      "--columns sentence=COLUMN")

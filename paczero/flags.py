@@ -89,9 +89,13 @@ def parse_lr(text: str) -> float | tuple[float, ...] | str:
     family): a choice among candidate runs on dev (:mod:`paczero.run.lr_choice`)."""
     if text.strip().lower() == "auto":
         return "auto"
-    if "," not in text:
-        return float(text)  # a bad number: argparse's one line; lr <= 0: TrainConfig's
-    values = items_of(float)(text)
+    try:
+        if "," not in text:
+            return float(text)  # lr <= 0 or not finite: TrainConfig's one line
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number (2e-2), a comma list of numbers (5e-3,1e-2,2e-2) or "
+                                         f"auto, got {text!r}") from None
     bad = [v for v in values if not (v > 0 and v < float("inf"))]
     if bad:
         raise argparse.ArgumentTypeError(f"every learning rate must be > 0 and finite, got {bad[0]:g}")
@@ -232,8 +236,8 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
 
         print("paczero: dp-sgd defaults: " + ", ".join(f"{k} {v:g}" for k, v in unset.items())
               + " (flags set them)", file=sys.stderr)
-    if not set(SIZES) & set(values):
-        cfg = sizes_as_given(cfg)
+    if not set(SIZES) <= set(values):  # a size not set: from the file where the defaults do not fit it
+        cfg = sizes_as_given(cfg, given=set(SIZES) & set(values))
     return cfg
 
 
@@ -252,18 +256,23 @@ def recorded_settings(out_dir: str) -> dict[str, Any]:
 
     path = run_record(Path(out_dir).expanduser())  # a DP run's stays in its private stage until it ends
     try:
-        saved = json.loads(path.read_text())["config"]
+        record = json.loads(path.read_text())
+        saved = record["config"]
     except (OSError, ValueError, KeyError, TypeError):
         return {}
     if not isinstance(saved, dict):
         return {}
-    return {k: v for k, v in saved.items() if k in TrainConfig.field_names() and k not in _NOT_RESUMED}
+    settings = {k: v for k, v in saved.items() if k in TrainConfig.field_names() and k not in _NOT_RESUMED}
+    if (record.get("prompt") or {}).get("source") == "auto":  # config holds the prompt auto chose; the run's
+        settings["template"] = "auto"  # setting was auto (its candidates with it), and the resume keeps that choice
+    return settings
 
 
-def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
-    """With no sample size set anywhere, a local data file too small for the default sizes is used as given
-    (:func:`paczero.tasks.split.sizes_for_file`); one line (``say``; default: stderr) says how, and the config
-    records it. A DP run takes no size from its data (:func:`check_dp_sizes`)."""
+def sizes_as_given(cfg: TrainConfig, say=None, given=()) -> TrainConfig:
+    """With a sample size not set, a local data file too small for the default sizes is used as given
+    (:func:`paczero.tasks.split.sizes_for_file`): the sizes named in ``given`` as set, the others from the
+    file's rows. One line (``say``; default: stderr) says how, and the config records it. A DP run takes no size
+    from its data (:func:`check_dp_sizes`; with some sizes given, the others keep their defaults)."""
     import sys
     from pathlib import Path
 
@@ -275,11 +284,13 @@ def sizes_as_given(cfg: TrainConfig, say=None) -> TrainConfig:
         return cfg  # a DP run's sizes are its settings' (their expected sizes), never its file's
     sizes = sizes_for_file(canonical_task(cfg.task), Path(cfg.data).expanduser(),
                            {k: getattr(cfg, k) for k in SIZES}, cfg.data_seed, cfg.columns or {}, cfg.labels,
-                           class_labels(cfg.task, cfg.verbalizer, cfg.labels))
+                           class_labels(cfg.task, cfg.verbalizer, cfg.labels), given=given)
     if sizes is None:
         return cfg
-    line = (f"paczero: data: {cfg.data} has too few rows for the default sizes (n_train {cfg.n_train}, n_dev "
-            f"{cfg.n_dev}): U = {sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
+    named = ", ".join(f"{k} {getattr(cfg, k)}" + (" as given" if k in given else "") for k in SIZES
+                      if k in given or k != "n_test")
+    line = (f"paczero: data: {cfg.data} has too few rows for the default sizes ({named}): U = "
+            f"{sizes['n_train']} rows, dev = {sizes['n_dev']}, test = {sizes['n_test']}, drawn with "
             "data_seed (--n-train, --n-dev and --n-test choose)")
     (say or (lambda text: print(text, file=sys.stderr)))(line)
     return cfg.replace(**sizes).validate()

@@ -24,7 +24,7 @@ from typing import Any
 
 from paczero.checkpoint import save_checkpoint, set_times
 from paczero.config import AUTO, FIRST_ORDER, TrainConfig
-from paczero.run import resume
+from paczero.run import duration, resume
 from paczero.run.build import (Given, Setup, build_together, evaluate, near_chance, small_splits_note, step_batches,
                                trainable_state)
 from paczero.run.curves import write_run_curves
@@ -228,7 +228,7 @@ def _loop(run: Run) -> tuple[int, bool]:
     def loss_fn(batch):
         return task.losses(setup.model, batch)
 
-    bar = _progress(cfg, run.start)
+    bar, eta = _progress(cfg, run.start), duration.Estimate(cfg.steps, run.start, private_batches(cfg), run.log)
     done, stopped = run.start, False
     with StopRequest() as stop, open(run.run_dir / "log.jsonl", "a") as log_file, run.tracker:
         for step in range(run.start, cfg.steps):
@@ -245,7 +245,7 @@ def _loop(run: Run) -> tuple[int, bool]:
                 result, releases = _zeroth_order_step(run, step, batches, rows, loss_fn, stop.requested)
             stop.requested = stop.requested or ranks.stop_requested  # another rank's SIGTERM ends the run too
             seconds = time.time() - t0
-            run.cum_time += seconds
+            run.cum_time += eta.add(seconds)  # the expected duration said after the first steps (not DP)
             train_loss = result.train_loss
             if private_batches(cfg):
                 # a Poisson-sampled batch is private: its size, its loss and the step's time (which grows with

@@ -565,3 +565,51 @@ def test_a_flag_of_another_tool_points_at_paczero_s(typed, meant, capsys):
     assert main(["train", f"{typed}=3", "--print-config"]) == 2
     err = _one_error_line(capsys)
     assert f"did you mean {typed} -> {meant}" in err, err
+
+
+@pytest.mark.parametrize("value", ["abc", "1e-3,x", "auto2"])
+def test_a_bad_lr_says_what_lr_accepts(value, capsys, tmp_path):
+    """`--lr abc` (or a comma list with a word in it) is one line, exit 2, that says what --lr takes: a number, a
+    comma list of numbers, or auto, and repeats what was typed. Red if the line is argparse's own "invalid
+    parse_lr value" (the function's name, not the flag's values)."""
+    argv = ["train", "--model", "tiny-llama", "--task", "demo", "--out-dir", str(tmp_path / "never"), "--lr", value]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "parse_lr" not in err, err
+    assert "--lr" in err and "a number" in err and "comma" in err and "auto" in err and repr(value) in err, err
+
+
+def _questions(path, n=100):
+    path.write_text("text,label\n" + "".join(f"\"question {i} about {'cats' if i % 2 else 'dogs'}\",{i % 2}\n"
+                                             for i in range(n)))
+    return path
+
+
+@pytest.mark.parametrize("given,sizes", [(["--n-train", "40"], [40, 16, 20]), (["--n-dev", "30"], [50, 30, 20]),
+                                         (["--n-train", "30", "--n-test", "50"], [30, 10, 50]),
+                                         (["--n-train", "75"], [75, 5, 20])])
+def test_one_size_given_keeps_the_others_sized_from_the_file(tmp_path, capsys, given, sizes):
+    """On a 100-row file too small for the default sizes, the sizes not given are sized from the file as when
+    none is given (a fifth of the rows for test, a fifth of the rest for dev, the rest for U, where those fit
+    beside the given ones) and the given ones are kept: --n-train 40 gives dev 16 and test 20, not the default
+    dev of 500. Red if one size given brings back the defaults for the others ("fewer than n_train+n_dev=40+500")."""
+    data = _questions(tmp_path / "q.csv")
+    argv = ["train", "--model", "tiny-llama", "--task", "sst2", "--data", str(data), *given, "--print-config"]
+    assert main(argv) == 0, capsys.readouterr().err
+    config = json.loads(capsys.readouterr().out)
+    assert [config[k] for k in ("n_train", "n_dev", "n_test")] == sizes
+
+
+def test_a_dp_run_takes_no_size_from_its_file_when_one_size_is_given(tmp_path, capsys):
+    """A DP run with one or two sizes given is sized by its settings alone: without --n-test it is refused in one
+    line (its sizes are public), and with --n-train and --n-test its dev stays the default, whatever the file
+    holds. Red if a DP run takes an unset size from the file's row count."""
+    data = _questions(tmp_path / "q.csv")
+    base = ["train", "--model", "tiny-llama", "--task", "sst2", "--data", str(data), "--mechanism", "dp-sgd",
+            "--epsilon", "2"]
+    assert main(base + ["--n-train", "40"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "takes no sample size from its data" in err, err
+    assert main(base + ["--n-train", "40", "--n-test", "20", "--print-config"]) == 0
+    config = json.loads(capsys.readouterr().out)
+    assert [config[k] for k in ("n_train", "n_dev", "n_test")] == [40, TrainConfig().n_dev, 20]

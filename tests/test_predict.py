@@ -35,12 +35,14 @@ def run(tmp_path_factory):
 
 def test_class_report_counts_by_hand():
     """Truth [0 0 1 2], predicted [0 1 1 1]: class 0 precision 1 recall 0.5, class 1 precision 1/3 recall 1,
-    class 2 never predicted (precision, recall, F1 0); the matrix's rows are the true classes. Red if rows and
-    columns swap or precision and recall do."""
+    class 2 never predicted (precision, recall, F1 0); the matrix's rows are the true classes, and the matrix says
+    so (``rows``: the true label, ``columns``: the predicted one). Red if rows and columns swap, if precision and
+    recall do, or if the matrix does not name its axes."""
     from paczero.tasks.classification import class_report
 
     found = class_report([0, 0, 1, 2], [0, 1, 1, 1], ["a", "b", "c"])
-    assert found["confusion"] == {"labels": ["a", "b", "c"], "matrix": [[1, 1, 0], [0, 1, 0], [0, 1, 0]]}
+    assert found["confusion"] == {"rows": "true label", "columns": "predicted label", "labels": ["a", "b", "c"],
+                                  "matrix": [[1, 1, 0], [0, 1, 0], [0, 1, 0]]}
     assert found["per_class"]["a"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
     assert found["per_class"]["b"] == {"precision": pytest.approx(1 / 3), "recall": 1.0, "f1": 0.5, "support": 1}
     assert found["per_class"]["c"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
@@ -108,3 +110,42 @@ def test_eval_of_a_run_reports_each_split_by_class(run, capsys):
     assert set(result["test"]) == {"loss", "accuracy"} and result["test"] == summary["test"]
     for split in ("dev", "test"):
         assert set(result[f"{split}_classes"]["per_class"]) == set(LABELS)
+
+
+@pytest.mark.parametrize("target", ["model", "run"])
+@pytest.mark.parametrize("header", ["question", "question,topic", "text"])
+def test_predict_refuses_a_file_without_the_text_column_it_was_trained_on(run, tmp_path, capsys, target, header):
+    """The run read its sentences from the column `message`: predict on a file without it (one other column, the
+    recorded label column beside another, or a `text` column) is one line, exit 2, before any model loads, naming
+    the column it needs, the file's real columns (no `label` it lacks) and --columns; no --out file is written.
+    With --columns sentence=question the same file is labelled. Red if predict scores another column (the
+    file's one text column) and exits 0, or if its error lists a column the file does not have."""
+    _, out = run
+    data = tmp_path / "new.csv"
+    columns = header.split(",")
+    data.write_text(header + "\n" + "".join(",".join([f"\"my {WORDS[LABELS[i % 3]]} ({i})\"", LABELS[i % 3]]
+                                                     [:len(columns)]) + "\n" for i in range(6)))
+    preds = tmp_path / "preds.csv"
+    where = out / "model" if target == "model" else out
+    capsys.readouterr()
+    assert main(["predict", str(where), "--data", str(data), "--out", str(preds)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("paczero: error: ") and err.count("\n") == 1, err
+    assert "'message'" in err and str(sorted(columns)) in err and "--columns sentence=" in err, err
+    assert "'label'" not in err and "'sentence'" not in err.split("--columns")[0], err
+    assert not preds.exists()
+    if header != "text":
+        assert main(["predict", str(where), "--data", str(data), "--out", str(preds), "--columns",
+                     "sentence=question"]) == 0
+        assert len(list(csv.DictReader(preds.open()))) == 6
+
+
+def test_predict_with_a_missing_mapped_column_lists_the_file_s_own_columns(run, tmp_path, capsys):
+    """--columns naming a column the file lacks: one line, exit 2, listing the file's columns as they are (no
+    placeholder `label`). Red if the list holds a column the file does not have."""
+    _, out = run
+    data = tmp_path / "new.csv"
+    data.write_text("message\n\"my invoice\"\n\"a crash\"\n")
+    assert main(["predict", str(out / "model"), "--data", str(data), "--columns", "sentence=body"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'body'" in err and "['message']" in err and "'label'" not in err, err

@@ -152,6 +152,24 @@ def test_a_resumed_auto_run_keeps_its_choice(tmp_path, monkeypatch, capsys):
     assert summary["prompt"] == chosen and summary["config"]["template"] == chosen["template"]
 
 
+def test_a_run_with_its_own_candidates_resumes_from_its_folder_alone(tmp_path, capsys):
+    """A run begun with --template auto and --template-candidates, continued with `--out-dir RUN --resume --steps
+    4` and no other flag: the resume takes the run's own recorded settings (its candidates among them) and goes on
+    with the prompt it chose, to step 4. Red if the resume reads the recorded template (the chosen prompt) as a
+    template given beside --template-candidates and refuses it ("give --template auto with them")."""
+    run = tmp_path / "run"
+    mine = "Ticket: {sentence}\\nMood:"
+    assert main(["train", *FLAGS, "--template", "auto", "--template-candidates", mine, "--out-dir", str(run)]) == 0
+    chosen = json.loads((run / "run.json").read_text())["prompt"]
+    assert "Ticket: {sentence}\nMood:" in [c["template"] for c in chosen["candidates"]]
+    capsys.readouterr()
+    assert main(["train", "--out-dir", str(run), "--resume", "--steps", "4", "--no-progress"]) == 0, \
+        capsys.readouterr().err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["config"]["steps"] == 4 and len((run / "log.jsonl").read_text().splitlines()) == 4
+    assert summary["prompt"]["template"] == chosen["template"] and summary["config"]["template"] == chosen["template"]
+
+
 def test_the_api_asks_for_answer_words_in_its_own_words(tmp_path):
     """PACZeroTrainer(labels=[three names]) without a verbalizer: one ConfigError line naming verbalizer={...}
     as a Python dict and template='auto', no command-line flag. Red if the API message names --verbalizer."""

@@ -81,6 +81,18 @@ def test_the_own_data_commands_have_the_settings_the_results_chose(tmp_path, mon
     assert (config["mechanism"], config["dp_clip"], config["epsilon"]) == ("dp-sgd", 1.0, 2.0)
 
 
+def test_the_dp_command_s_sizes_pass_the_tool_s_own_warning():
+    """The README's DP-SGD command names dev and test sizes of at least RESOLVING_ROWS each (the size below which
+    a run warns that its scores resolve little), and sizes that sum to a file of a few hundred rows. Red if the
+    command's --n-dev or --n-test falls below RESOLVING_ROWS (e.g. --n-dev 40)."""
+    from paczero.run.build import RESOLVING_ROWS
+
+    args = _own_data_command("dp-sgd")
+    sizes = {flag: int(args[args.index(flag) + 1]) for flag in ("--n-train", "--n-dev", "--n-test")}
+    assert sizes["--n-dev"] >= RESOLVING_ROWS and sizes["--n-test"] >= RESOLVING_ROWS, sizes
+    assert 300 <= sum(sizes.values()) <= 400 and sizes["--n-train"] > sizes["--n-dev"], sizes
+
+
 @pytest.mark.slow  # loads SmolLM2-135M and trains 2 steps: about a minute on 2 cores
 def test_the_api_snippet_runs_as_written(tmp_path, monkeypatch):
     """The README's Python block (with 2 steps and the run folder in a temporary directory): the offline

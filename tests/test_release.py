@@ -367,3 +367,60 @@ def test_the_example_script_and_paczero_eval_agree_on_a_csv(small, tmp_path, cap
     assert scored["examples"] == evaluated["examples"] == 40
     assert round(scored["accuracy"] * 40) == round(evaluated["metrics"]["accuracy"] * 40)  # eval: an fp32 mean
     assert scored["loss"] == pytest.approx(evaluated["metrics"]["loss"], rel=1e-4)  # the same cross-entropy
+
+
+@pytest.mark.parametrize("words", [None, {"0": " not good at all", "1": " very good indeed"}])
+def test_the_example_script_batches_as_paczero_eval_and_agrees_with_it(small, tmp_path, capsys, words):
+    """The example script on 60 rows of varied length, its answer words one token each (the run's) or several
+    (task.json's verbalizer replaced, for eval and script alike): its accuracy and loss are `paczero eval
+    --data`'s; every forward runs under inference mode; one row a prompt where each answer word is one token
+    (one a prompt and answer word otherwise); prompts of about one length share a batch, padded on the left,
+    so the padding is under a fifth of the tokens, and a forward holds several prompts. Red if the script goes
+    back to one row per option in file order (twice the rows, padding to the longest of each batch) or to
+    scoring outside inference mode, or if its batches change its results."""
+    from paczero.cli import main
+    from paczero.models import load_model
+    from paczero.tasks.data import DEMO_PATH
+
+    track, out, summary = small
+    folder = out / "model"
+    if words is not None:
+        folder = tmp_path / "model"
+        shutil.copytree(out / "model", folder)
+        task = json.loads((folder / TASK_FILE).read_text())
+        task["verbalizer"] = words
+        task["paczero"]["verbalizer"] = words
+        (folder / TASK_FILE).write_text(json.dumps(task))
+        shutil.copy(out / "run.json", tmp_path / "run.json")  # the run beside it: its data for eval's config
+    rows = [json.loads(line) for line in DEMO_PATH.read_text().splitlines()][:60]
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"sentence": r["text"] * (1 + i % 3), "label": LABELS[r["label"]]}) + "\n"
+                            for i, r in enumerate(rows)))
+    capsys.readouterr()
+    assert main(["eval", str(folder), "--data", str(data)]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    base = None
+    if track == "lora":
+        base = tmp_path / "base"
+        load_model("tiny-opt", track="ft", init_seed=summary["config"]["seed"]).model.save_pretrained(base)
+    script = _script()
+    model, tokenizer, task = script.load_released(folder, None if base is None else str(base))
+    seen = []
+
+    def spy(module, args, kwargs):
+        mask = kwargs["attention_mask"]
+        seen.append((torch.is_inference_mode_enabled(), mask.shape[0], mask.numel(), int(mask.sum())))
+
+    import torch
+
+    model.register_forward_pre_hook(spy, with_kwargs=True)
+    found = script.evaluate(model, tokenizer, task, script.read_examples(data), token_budget=1024)
+    assert round(found["accuracy"] * 60) == round(evaluated["metrics"]["accuracy"] * 60)
+    assert found["loss"] == pytest.approx(evaluated["metrics"]["loss"], rel=1e-4)
+    options = [tokenizer(w, add_special_tokens=False)["input_ids"] for w in task["verbalizer"].values()]
+    single = all(len(o) == 1 for o in options)
+    assert single == (words is None)
+    assert all(inference for inference, *_ in seen)
+    assert sum(rows for _, rows, _, _ in seen) == 60 * (1 if single else len(options))
+    padded, real = sum(n for *_, n, _ in seen), sum(r for *_, r in seen)
+    assert padded - real < 0.2 * padded and len(seen) < 60, seen

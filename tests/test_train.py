@@ -746,3 +746,52 @@ def test_label_names_on_the_command_line(tmp_path, capsys):
     assert len(err) == 1 and "label 'negative' is not one of the labels neg, pos" in err[0], err
     assert main(flags[:-2] + ["--task", "completion", "--labels", "a,b", "--out-dir", str(tmp_path / "x")]) == 2
     assert "labels apply to the classification tasks" in capsys.readouterr().err
+
+
+def test_the_expected_duration_line_from_the_median_of_the_first_steps():
+    """Steps of 10, 50 and 12 s (a slow first one is the median's to drop): after the third, one line, at the
+    median 12 s a step, 100 steps: "about 20 min"; nothing before the third step nor after the line; nothing
+    for a DP run however slow; nothing for a run projected under a minute, nor for one with no step left after
+    the timed ones. Red if the mean is used (24 s, 40 min), if the line repeats, or if a DP run says a time."""
+    from paczero.run.duration import Estimate
+
+    said = []
+    eta = Estimate(100, 0, False, said.append)
+    for seconds in (50.0, 10.0):
+        assert eta.add(seconds) == seconds and said == []
+    eta.add(12.0)
+    assert said == ["paczero: about 20 min for 100 steps at 12 s a step (from the first 3 steps)"]
+    eta.add(12.0)
+    assert len(said) == 1
+    resumed = []
+    Estimate(1000, 400, False, resumed.append).add(9.0)
+    for n, (start, steps, private) in enumerate([(0, 100, True), (0, 10, False), (0, 3, False), (97, 100, False)]):
+        quiet = []
+        eta = Estimate(steps, start, private, quiet.append)
+        for _ in range(5):
+            eta.add(5.0 if n != 0 else 600.0)
+        assert quiet == [], (n, quiet)
+    assert resumed == []
+    eta = Estimate(1000, 400, False, resumed.append)
+    for _ in range(3):
+        eta.add(9.0)
+    assert resumed == ["paczero: about 90 min for 600 steps at 9 s a step (from the first 3 steps)"]
+
+
+@pytest.mark.parametrize("mechanism,extra", [("pac-zpl", {}), ("dpzero", {"epsilon": 2.0, "sample_rate": 0.5})])
+def test_a_run_says_its_expected_duration_after_its_first_steps_but_a_dp_run(tmp_path, monkeypatch, mechanism,
+                                                                               extra):
+    """A run of 4 steps with the threshold at 0 s: a PAC-ZPL run says one duration line after its third step,
+    through the run's own lines (not into log.jsonl or any other file of the run); a DPZero run (its step time
+    is private) says none. Red if the DP run says a time, or if the line reaches a file of the run folder."""
+    import paczero.run.duration as duration
+
+    monkeypatch.setattr(duration, "SAY_FROM", 0.0)
+    lines = []
+    cfg = TrainConfig(**TINY, mechanism=mechanism, out_dir=str(tmp_path / "run"), **extra)
+    train(cfg, log=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    said = [line for line in lines if "s a step (from the first 3 steps)" in line]
+    assert len(said) == (0 if mechanism == "dpzero" else 1), lines
+    files = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*") if p.is_file()
+                    and p.suffix in (".json", ".jsonl", ".md", ".txt", ".csv"))
+    assert "a step (from the first" not in files

@@ -290,8 +290,8 @@ class ClassificationTask:
 
 def class_report(truth: Sequence[int], predicted: Sequence[int], names: Sequence[str]) -> dict:
     """Per-class ``precision``, ``recall``, ``f1`` and ``support`` (rows of that class), keyed by class name, and
-    the ``confusion`` matrix (``rows``: the true class, ``columns``: the predicted one, in ``names``' order) of
-    class positions ``truth`` against ``predicted``. A class never predicted has precision 0 (and F1 0)."""
+    the ``confusion`` matrix (its ``rows`` the true label, its ``columns`` the predicted one, both in ``names``'
+    order, and the matrix names its axes so) of class positions ``truth`` against ``predicted``. A class never predicted has precision 0 (and F1 0)."""
     k = len(names)
     matrix = [[0] * k for _ in range(k)]
     for t, p in zip(truth, predicted):
@@ -303,4 +303,5 @@ def class_report(truth: Sequence[int], predicted: Sequence[int], names: Sequence
         recall = hit / support if support else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         per_class[str(name)] = {"precision": precision, "recall": recall, "f1": f1, "support": support}
-    return {"per_class": per_class, "confusion": {"labels": [str(n) for n in names], "matrix": matrix}}
+    return {"per_class": per_class, "confusion": {"rows": "true label", "columns": "predicted label",
+                                                  "labels": [str(n) for n in names], "matrix": matrix}}

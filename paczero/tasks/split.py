@@ -141,12 +141,13 @@ def _load_hub(task, n_train, n_dev, n_test, seed):
     return train, dev, test
 
 
-def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None, classes=None) -> dict | None:
+def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None, classes=None, given=()) -> dict | None:
     """None when the local file ``path`` holds enough rows for ``sizes`` (n_train, n_dev, n_test); else the
     sizes that use its rows as given, as :mod:`paczero.api` uses a ``train_dataset``: a split column's
     train and test rows whole (dev: its dev rows, else a fifth of train), else a fifth of the rows for test,
-    a fifth of the rest for dev and the rest as U. A file that cannot be split at all raises its one-line
-    ValueError."""
+    a fifth of the rest for dev and the rest as U. The sizes named in ``given`` are kept as ``sizes`` has them
+    (the others sized as above, dev no more than what the given ones leave). A file that cannot be split at all
+    raises its one-line ValueError."""
     records = read_records(Path(path))
     try:
         split_records(task, records, str(path), sizes["n_train"], sizes["n_dev"], sizes["n_test"], seed, columns,
@@ -154,14 +155,23 @@ def sizes_for_file(task, path, sizes: dict, seed, columns, labels=None, classes=
         return None
     except ValueError:
         pass
+    fixed = {k: sizes[k] for k in given}
+    n_test = fixed.get("n_test")
     if records and "split" in records[0]:
         names = [str(r.get("split", "")).strip().lower() for r in records]
         own_dev = "test" in names and any(name in DEV_SPLITS for name in names)
-        n_dev = None if own_dev else max(1, round(0.2 * names.count("train")))
+        pool = names.count("train")
+        n_dev = None if own_dev else max(1, round(0.2 * pool))
     else:
-        n_test = max(1, round(0.2 * len(records))) if len(records) > 1 else 0
-        n_dev = max(1, round(0.2 * (len(records) - n_test)))
-    train, dev, test = split_records(task, records, str(path), None, n_dev, None, seed, columns, labels, classes)
+        if n_test is None:
+            n_test = max(1, round(0.2 * len(records))) if len(records) > 1 else 0
+        pool = len(records) - n_test
+        n_dev = max(1, round(0.2 * pool))
+    if n_dev is not None and fixed.get("n_train") is not None:  # dev from what the given U leaves
+        n_dev = max(1, min(n_dev, pool - fixed["n_train"]))
+    n_dev = fixed.get("n_dev", n_dev)
+    train, dev, test = split_records(task, records, str(path), fixed.get("n_train"), n_dev, n_test, seed, columns,
+                                     labels, classes)
     return {"n_train": len(train), "n_dev": len(dev), "n_test": len(test)}
 
 
