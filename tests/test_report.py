@@ -471,7 +471,8 @@ def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_
     assert main(["report", str(out / "runs"), "--out", str(out), "--markdown", str(md), "--keep-runs"]) == 0
     assert md.read_text() == first
     # paths inside the folder the report ran in: relative to it (docs/outputs.md, "Paths in what a report publishes")
-    assert "paczero sweep cpu-scale --seeds 0 1 2 --out-root runs --set data=imdb.jsonl\n" in first
+    # the four recipes that ran, by name (the table name would run all nine of cpu-scale)
+    assert "paczero sweep cpu-scale/smollm2-lora-dpzero-k1-eps2 cpu-scale/smollm2-lora-mezo cpu-scale/smollm2-lora-mi0.33 cpu-scale/smollm2-lora-zpl --seeds 0 1 2 --out-root runs --set data=imdb.jsonl\n" in first
     assert ("paczero report runs --out results/cpu-scale --markdown docs/results/cpu-scale.md --keep-runs\n"
             in first)
     assert "(plots/curves/cpu-scale_smollm2-lora-zpl.png)" not in first  # links are relative to the Markdown
@@ -510,7 +511,8 @@ def test_a_report_of_runs_recorded_with_absolute_paths_publishes_none(tmp_path, 
     assert main(["report", str(root), "--out", str(out), "--markdown", str(md), "--keep-runs", "--no-paper"]) == 0
     first = md.read_text()
     assert first.startswith("# paczero report: PATH/cpu-scale\n")
-    assert "paczero sweep cpu-scale --seeds 0 1 2 --out-root PATH/cpu-scale --set data=PATH/imdb.jsonl\n" in first
+    assert ("paczero sweep cpu-scale/smollm2-lora-dpzero-k1-eps2 cpu-scale/smollm2-lora-mezo cpu-scale/smollm2-lora-mi0.33 cpu-scale/smollm2-lora-zpl --seeds 0 1 2 --out-root PATH/cpu-scale "
+            "--set data=PATH/imdb.jsonl\n") in first
     assert "paczero report PATH/cpu-scale --out published --markdown published.md --keep-runs --no-paper\n" in first
     rows = list(csv.DictReader((out / "runs.csv").open()))
     assert rows[0]["run_dir"].startswith("PATH/cpu-scale/cpu-scale/")
@@ -1163,3 +1165,55 @@ def test_a_tuned_table_sets_method_against_method_paired_on_the_data_seeds_both_
     assert "its 95 % t-interval excludes 0" in section
     assert ("data seeds 0, 1, 2 (n=3) but MeZO (non-private): 0, 1, 2, 3 (n=4)") in section
 
+
+def test_the_sweep_command_a_report_prints_runs_each_cell_as_it_ran(tmp_path, monkeypatch):
+    """The report's "how these runs were made" commands, read back as `paczero sweep` reads them (its recipes,
+    --seeds and --set, materialised by the sweep's own code and resolved as a run resolves an unset mu), give
+    every run of a tiny grid the config it recorded, and no run a config it did not: a value only some cells ran
+    with (eval_every = 5 on MeZO) is set in their command alone, a value every run holds (data) in every command,
+    and an unset mu resolved by a run's dtype (DP-SGD's fp32: 1e-3) is no setting at all. Red with one
+    table-wide --set of every value any run holds other than its recipe's (MeZO's eval_every and DP-SGD's mu
+    would be set on every cell), or with the table's name for a grid that ran some of its recipes."""
+    import shlex
+
+    from paczero.config import TrainConfig
+    from paczero.experiments.report.cells import EXECUTION_KEYS, find_runs
+    from paczero.experiments.sweep import Cell as SweepCell, expand_recipes, materialise, parse_overrides
+    from paczero.machine.hardware import resolve_precision
+
+    root = tmp_path / "runs"
+    _paired_sst2(root, tmp_path)
+    mezo = root / "cpu-sst2" / "lora-mezo-lr2e-2"
+    for summary in mezo.rglob("summary.json"):
+        found = json.loads(summary.read_text())
+        found["config"]["eval_every"] = 5
+        summary.write_text(json.dumps(found))
+    (tmp_path / "s.jsonl").write_text('{"text": "a", "label": 0}\n')  # the sweep checks the data file exists
+    monkeypatch.chdir(tmp_path)
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    block = md[md.index("## How these runs were made"):].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.splitlines() if line.startswith("paczero sweep")]
+    assert len(commands) == 2, block  # PAC-ZPL and DP-SGD on seeds 0-2; MeZO on 0-3 with its own value
+    covered: dict[tuple[str, int], dict] = {}
+    for cmd in commands:
+        at = cmd.index("--seeds")
+        recipes, seeds = cmd[2:at], [int(s) for s in cmd[at + 1:cmd.index("--out-root")]]
+        sets = parse_overrides(cmd[cmd.index("--set") + 1:]) if "--set" in cmd else {}
+        for name, source in expand_recipes(recipes):
+            for seed in seeds:
+                cell = SweepCell(name, source, seed, tmp_path / "again")
+                cfg = resolve_precision(materialise(cell, sets, write=False), "cpu", mu_applies=False)
+                assert (name, seed) not in covered
+                covered[(name, seed)] = cfg.to_dict()
+    runs = find_runs(root)
+    assert set(covered) == {(r.cell, r.seed) for r in runs}  # each run once, no recipe that did not run
+    for r in runs:
+        again = json.loads(json.dumps(covered[(r.cell, r.seed)], default=str))
+        again["data"] = str(tmp_path / again["data"])  # the page shows it relative to the folder it was written in
+        recorded = json.loads(json.dumps({**TrainConfig().to_dict(), **r.cfg}, default=str))
+        differ = {k: (recorded[k], again.get(k)) for k in recorded if k not in EXECUTION_KEYS
+                  and recorded[k] != again.get(k)}
+        assert not differ, (r.cell, r.seed, differ)
+    assert sum("eval_every=5" in " ".join(cmd) for cmd in commands) == 1
+    assert all("data=s.jsonl" in cmd for cmd in commands), commands
+    assert not any(arg.startswith("mu=") for cmd in commands for arg in cmd)
