@@ -1171,9 +1171,11 @@ def test_the_sweep_command_a_report_prints_runs_each_cell_as_it_ran(tmp_path, mo
     --seeds and --set, materialised by the sweep's own code and resolved as a run resolves an unset mu), give
     every run of a tiny grid the config it recorded, and no run a config it did not: a value only some cells ran
     with (eval_every = 5 on MeZO) is set in their command alone, a value every run holds (data) in every command,
-    and an unset mu resolved by a run's dtype (DP-SGD's fp32: 1e-3) is no setting at all. Red with one
+    a key a run predates (DP-SGD's data_fraction, which its recipe now sets) at its default, and an unset mu
+    resolved by a run's dtype (DP-SGD's fp32: 1e-3) is no setting at all. Red with one
     table-wide --set of every value any run holds other than its recipe's (MeZO's eval_every and DP-SGD's mu
-    would be set on every cell), or with the table's name for a grid that ran some of its recipes."""
+    would be set on every cell), with the table's name for a grid that ran some of its recipes, or with only
+    the keys a run recorded compared (DP-SGD would rerun at its recipe's data_fraction)."""
     import shlex
 
     from paczero.config import TrainConfig
@@ -1183,17 +1185,19 @@ def test_the_sweep_command_a_report_prints_runs_each_cell_as_it_ran(tmp_path, mo
 
     root = tmp_path / "runs"
     _paired_sst2(root, tmp_path)
-    mezo = root / "cpu-sst2" / "lora-mezo-lr2e-2"
-    for summary in mezo.rglob("summary.json"):
+    for summary in root.rglob("summary.json"):
         found = json.loads(summary.read_text())
-        found["config"]["eval_every"] = 5
+        if "lora-mezo" in str(summary):
+            found["config"]["eval_every"] = 5
+        if "lora-dpsgd" in str(summary):  # recorded before the key existed: it ran at the default, 1
+            del found["config"]["data_fraction"]
         summary.write_text(json.dumps(found))
     (tmp_path / "s.jsonl").write_text('{"text": "a", "label": 0}\n')  # the sweep checks the data file exists
     monkeypatch.chdir(tmp_path)
     md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
     block = md[md.index("## How these runs were made"):].split("```bash\n", 1)[1].split("```", 1)[0]
     commands = [shlex.split(line) for line in block.splitlines() if line.startswith("paczero sweep")]
-    assert len(commands) == 2, block  # PAC-ZPL and DP-SGD on seeds 0-2; MeZO on 0-3 with its own value
+    assert len(commands) == 3, block  # PAC-ZPL, DP-SGD with the default it predates, MeZO on 0-3 with its own value
     covered: dict[tuple[str, int], dict] = {}
     for cmd in commands:
         at = cmd.index("--seeds")
@@ -1215,5 +1219,6 @@ def test_the_sweep_command_a_report_prints_runs_each_cell_as_it_ran(tmp_path, mo
                   and recorded[k] != again.get(k)}
         assert not differ, (r.cell, r.seed, differ)
     assert sum("eval_every=5" in " ".join(cmd) for cmd in commands) == 1
+    assert [cmd[2] for cmd in commands if "data_fraction=1.0" in cmd] == ["cpu-sst2/lora-dpsgd-eps2-lr1e-2"]
     assert all("data=s.jsonl" in cmd for cmd in commands), commands
     assert not any(arg.startswith("mu=") for cmd in commands for arg in cmd)

@@ -100,9 +100,10 @@ def _as_recipe_gives(k: str, given: Any, cfg: dict) -> Any:
 
 def run_overrides(run: Run, recipe: dict, defaults: dict) -> dict[str, Any]:
     """The ``--set`` values that make ``recipe`` (or, for keys it does not set, the defaults) run as ``run`` ran:
-    every key but the execution keys whose recorded value the recipe would not give."""
+    every key but the execution keys whose recorded value the recipe would not give (a key the run's config
+    predates counts as its default, as :func:`~paczero.experiments.report.cells.experiment` reads it)."""
     out = {}
-    for k, v in run.cfg.items():
+    for k, v in {**json.loads(json.dumps(defaults, default=str)), **run.cfg}.items():
         given = _as_recipe_gives(k, recipe[k] if k in recipe else defaults.get(k), run.cfg)
         if k not in EXECUTION_KEYS and json.dumps(v, default=str) != json.dumps(given, default=str):
             out[k] = v
