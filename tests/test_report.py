@@ -905,7 +905,7 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
 
     assert ceiling_fraction((-0.02, None, 1), (0.04, None, 1), lower_is_better=True) == "—"  # the ceiling's loss rose
     assert ceiling_fraction((1.0, None, 1), (-2.0, None, 1)) == "—"  # its accuracy fell
-    # over seeds, a ceiling gain within two standard deviations of 0 gives no share (red if the std is ignored:
+    # over seeds, a ceiling gain whose 95 % t-interval holds 0 gives no share (red if the std is ignored:
     # "150 %"); one just outside it does
     assert ceiling_fraction((-0.03, 0.01, 3), (-0.02, 0.06, 3), lower_is_better=True) == "—"
     assert ceiling_fraction((-0.03, 0.01, 3), (-0.06, 0.02, 3), lower_is_better=True) == "50 %"
