@@ -471,7 +471,8 @@ def test_a_kept_report_is_written_again_from_its_own_copies_without_weights(tmp_
     assert main(["report", str(out / "runs"), "--out", str(out), "--markdown", str(md), "--keep-runs"]) == 0
     assert md.read_text() == first
     # paths inside the folder the report ran in: relative to it (docs/outputs.md, "Paths in what a report publishes")
-    assert "paczero sweep cpu-scale --seeds 0 1 2 --out-root runs --set data=imdb.jsonl\n" in first
+    # the four recipes that ran, by name (the table name would run all nine of cpu-scale)
+    assert "paczero sweep cpu-scale/smollm2-lora-dpzero-k1-eps2 cpu-scale/smollm2-lora-mezo cpu-scale/smollm2-lora-mi0.33 cpu-scale/smollm2-lora-zpl --seeds 0 1 2 --out-root runs --set data=imdb.jsonl\n" in first
     assert ("paczero report runs --out results/cpu-scale --markdown docs/results/cpu-scale.md --keep-runs\n"
             in first)
     assert "(plots/curves/cpu-scale_smollm2-lora-zpl.png)" not in first  # links are relative to the Markdown
@@ -510,7 +511,8 @@ def test_a_report_of_runs_recorded_with_absolute_paths_publishes_none(tmp_path, 
     assert main(["report", str(root), "--out", str(out), "--markdown", str(md), "--keep-runs", "--no-paper"]) == 0
     first = md.read_text()
     assert first.startswith("# paczero report: PATH/cpu-scale\n")
-    assert "paczero sweep cpu-scale --seeds 0 1 2 --out-root PATH/cpu-scale --set data=PATH/imdb.jsonl\n" in first
+    assert ("paczero sweep cpu-scale/smollm2-lora-dpzero-k1-eps2 cpu-scale/smollm2-lora-mezo cpu-scale/smollm2-lora-mi0.33 cpu-scale/smollm2-lora-zpl --seeds 0 1 2 --out-root PATH/cpu-scale "
+            "--set data=PATH/imdb.jsonl\n") in first
     assert "paczero report PATH/cpu-scale --out published --markdown published.md --keep-runs --no-paper\n" in first
     rows = list(csv.DictReader((out / "runs.csv").open()))
     assert rows[0]["run_dir"].startswith("PATH/cpu-scale/cpu-scale/")
@@ -814,8 +816,8 @@ def test_the_practitioner_table_gives_each_methods_gain_over_its_own_zero_shot(t
                and "Gain" not in line)
     cols = [c.strip() for c in row.strip("|").split("|")]
     assert cols[4] == f"{(2.0 + 4.0) / 2:.2f} ± {statistics.stdev([2.0, 4.0]):.2f} (n=2)"  # 92-90, 95-91
-    assert cols[5].startswith(f"{(-0.03 - 0.06) / 2:.4f}")  # 0.30-0.33, 0.25-0.31
-    assert cols[6].startswith(f"{(3.0 + 5.0) / 2:.2f}")  # out of domain: 91-88, 94-89
+    assert cols[6].startswith(f"{(-0.03 - 0.06) / 2:.4f}")  # 0.30-0.33, 0.25-0.31
+    assert cols[7].startswith(f"{(3.0 + 5.0) / 2:.2f}")  # out of domain: 91-88, 94-89
 
 
 def test_the_practitioner_tables_name_each_zero_shot_by_its_dtype(tmp_path):
@@ -856,8 +858,9 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
     higher dev loss: the accuracy rule would choose it), each method's gain is also given as a share of the
     non-private AdamW ceiling's gain (computed here: 3 points of 6, -0.02 of -0.08), and the budget plot is drawn
     from the chosen cells' dev curves at the forwards each step spent (2 N a zeroth-order step). Red with the
-    accuracy rule for these tables, with the share taken against another method, or with forwards not scaled
-    by N."""
+    accuracy rule for these tables, with the share taken against another method, with forwards not scaled
+    by N, or with a ceiling gain called resolved when it lies two standard deviations from 0 rather than when
+    its 95 % t-interval excludes 0."""
     from paczero.config import load_yaml
     from paczero.experiments.report.cells import Run
     from paczero.experiments.report.cells import group_cells
@@ -891,7 +894,7 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
     cols = [c.strip() for c in row.strip("|").split("|")]
     assert cols[1] == "0.005"  # the lower dev loss, not the higher dev accuracy (2e-2)
     assert cols[2] == "100"  # its steps T
-    assert cols[7] == "50 %" and cols[8] == "25 %"  # (83-80)/(86-80); (0.44-0.46)/(0.38-0.46); no out-of-domain columns
+    assert cols[8] == "50 %" and cols[9] == "25 %"  # (83-80)/(86-80); (0.44-0.46)/(0.38-0.46); no out-of-domain columns
     assert "lowest dev loss" in section
     assert (out / "plots" / "budget_cpu-sst2.png").exists()
     run_dir = root / "cpu-sst2" / "lora-zpl-skip-m16-lr5e-3" / "seed0"
@@ -902,11 +905,17 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
 
     assert ceiling_fraction((-0.02, None, 1), (0.04, None, 1), lower_is_better=True) == "—"  # the ceiling's loss rose
     assert ceiling_fraction((1.0, None, 1), (-2.0, None, 1)) == "—"  # its accuracy fell
-    # over seeds, a ceiling gain within two standard deviations of 0 gives no share (red if the std is ignored:
+    # over seeds, a ceiling gain whose 95 % t-interval holds 0 gives no share (red if the std is ignored:
     # "150 %"); one just outside it does
     assert ceiling_fraction((-0.03, 0.01, 3), (-0.02, 0.06, 3), lower_is_better=True) == "—"
     assert ceiling_fraction((-0.03, 0.01, 3), (-0.06, 0.02, 3), lower_is_better=True) == "50 %"
     assert ceiling_fraction((1.0, 0.5, 3), (5.0, 0.8, 3)) == "20 %"
+    # resolved: the 95 % t-interval excludes 0. Red with the rule "more than two standard deviations from 0": a
+    # ceiling gain of 5.0 ± 2.3 over 3 seeds lies 2.2 std from 0 but its interval (t = 3.77 < t(0.975, 2) = 4.30)
+    # holds 0; 1.0 ± 0.6 over 5 seeds lies 1.7 std from 0 and its interval (t = 3.73 > 2.78) excludes it
+    assert ceiling_fraction((1.0, 0.5, 3), (5.0, 2.3, 3)) == "—"
+    assert ceiling_fraction((0.5, 0.5, 5), (1.0, 0.6, 5)) == "50 %"
+    assert "two standard deviations" not in md and "its 95 % t-interval excludes 0" in section
 
 
 def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):
@@ -933,7 +942,7 @@ def test_a_dp_row_shows_its_one_run_canary_audit(tmp_path):
                 {"canaries": 64, "guesses": 32, "correct": 17, "epsilon_lower_bound": 0.0, "delta": 1e-5}))
     md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
     section = md[md.index("## cpu-sst2"):]
-    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
+    header = next(line for line in section.splitlines() if line.startswith("| Method |") and "Gain acc" in line)
     cols = [c.strip() for c in header.strip("|").split("|")]
     at = cols.index("Empirical ε (one-run audit)")
     gain = section[section.index(header):].split("\n\n")[0]  # the gain table, where the column is
@@ -965,7 +974,7 @@ def _final_budget_column(root, tmp_path) -> dict[str, str]:
     """The cpu-sst2 gain table's "Dev loss at the final budget" column of a report on ``root``, by method."""
     md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
     section = md[md.index("## cpu-sst2"):]
-    header = next(line for line in section.splitlines() if line.startswith("| Method | lr (chosen on dev)"))
+    header = next(line for line in section.splitlines() if line.startswith("| Method |") and "Gain acc" in line)
     at = [c.strip() for c in header.strip("|").split("|")].index("Dev loss at the final budget")
     gain = section[section.index(header):].split("\n\n")[0]
     return {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")][at] for r in gain.splitlines()[2:]}
@@ -1068,3 +1077,148 @@ def test_the_tuned_headline_names_each_chosen_pac_zpl_cell_and_its_m(monkeypatch
     assert line.index("81.00 ± 1.00 (n=3) with coin steps skipped at M = 128") \
         < line.index("79.00 ± 1.00 (n=3) with coin steps skipped at M = 16") \
         < line.index("80.00 ± 1.00 (n=3) with coin steps moving the weights (the paper's rule) at M = 16"), line
+
+
+def _paired_sst2(root: Path, tmp_path: Path) -> dict[str, dict[int, tuple[float, float]]]:
+    """A cpu-sst2 folder of three chosen cells with known per-seed (test, zero-shot) accuracies: PAC-ZPL and MeZO
+    in bf16 (MeZO also on data seed 3), DP-SGD ε = 2 in fp32, whose zero-shot differs from bf16's. Returns them."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.5}
+    dpsgd = {"mechanism": "dp-sgd", "private": True, "epsilon_target": 2.0, "delta": 1e-5, "epsilon_rdp": 2.0,
+             "epsilon_pld": 1.8, "noise_multiplier": 10.9, "sample_rate": 0.5, "steps": 100, "mia_bound": 0.88}
+    bf16 = {0: 0.7980, 1: 0.7990, 2: 0.7975, 3: 0.7985}  # the base model's test accuracy per data seed, bf16
+    fp32 = {0: 0.8010, 1: 0.8005, 2: 0.8000}
+    cells = {  # cell: (privacy, dtype, {data seed: test accuracy})
+        "lora-zpl-skip-m16-lr2e-2": (zpl, "bf16", {0: 0.8080, 1: 0.8150, 2: 0.8050}),
+        "lora-mezo-lr2e-2": ({"mechanism": "mezo", "private": False}, "bf16",
+                             {0: 0.8000, 1: 0.8090, 2: 0.7990, 3: 0.8400}),
+        "lora-dpsgd-eps2-lr1e-2": (dpsgd, "fp32", {0: 0.8100, 1: 0.8020, 2: 0.8090}),
+    }
+    out = {}
+    for cell, (privacy, dtype, tests) in cells.items():
+        name = f"cpu-sst2/{cell}"
+        zero = bf16 if dtype == "bf16" else fp32
+        for seed, test in tests.items():
+            run = write_run(root, name, seed, test=test, dev=0.85, privacy=privacy,
+                            **{**load_yaml(recipes_root() / f"{name}.yaml"), "dtype": dtype,
+                               "mu": 1e-2 if dtype == "bf16" else 1e-3, "data": str(tmp_path / "s.jsonl"),
+                               "data_seed": seed})
+            summary = json.loads((run / "summary.json").read_text())
+            summary["zero_shot"] = {"test": {"accuracy": zero[seed], "loss": 0.46}, "dev": {"accuracy": 0.85, "loss": 0.4}}
+            (run / "summary.json").write_text(json.dumps(summary))
+        out[cell] = {seed: (test, zero[seed]) for seed, test in tests.items()}
+    return out
+
+
+def test_a_tuned_table_sets_method_against_method_paired_on_the_data_seeds_both_ran(tmp_path):
+    """The gain table of a cpu-sst2 folder gives each accuracy gain's 95 % t-interval, then every pair of methods:
+    the row's gain minus the column's on the data seeds both ran, with its 95 % t-interval and n, bold where the
+    interval excludes 0; it says which rows ran other data seeds, and with rows in two dtypes shows each dtype's
+    zero-shot and each row's dtype. Expected figures from scipy's paired and one-sample t-tests on the numbers
+    written. Red if pairs were formed by position over all runs (MeZO's seed 3 would join), if test accuracies
+    were subtracted instead of gains (DP-SGD's fp32 zero-shot lies above bf16's), with a normal quantile (1.96)
+    for t's, or if the note kept silent on MeZO's extra seed."""
+    from scipy import stats
+
+    root = tmp_path / "runs"
+    known = _paired_sst2(root, tmp_path)
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    section = md[md.index("## cpu-sst2"):md.index("Learning-rate grid")]
+
+    def gain(cell, seed):
+        test, zero = known[cell][seed]
+        return 100.0 * (test - zero)
+
+    header = next(line for line in section.splitlines() if line.startswith("| Method |") and "Gain acc" in line)
+    names = [c.strip() for c in header.strip("|").split("|")]
+    table = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")]
+             for r in section[section.index(header):].split("\n\n")[0].splitlines()[2:]}
+    assert table["zero-shot (bf16)"][names.index("dtype")] == "bf16"
+    assert table["DP-SGD ε=2"][names.index("dtype")] == "fp32" and "zero-shot (fp32)" in table
+    gains = [gain("lora-mezo-lr2e-2", s) for s in range(4)]
+    low, high = stats.ttest_1samp(gains, 0.0).confidence_interval(0.95)
+    assert table["MeZO (non-private)"][names.index("Gain acc, 95 % t-interval")] == \
+        f"{statistics.fmean(gains):+.2f} [{low:+.2f}, {high:+.2f}] (n=4)"
+
+    matrix = section[section.index("| Row − column"):].split("\n\n")[0].splitlines()
+    cols = [c.strip() for c in matrix[0].strip("|").split("|")]
+    rows = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")] for r in matrix[2:]}
+    order = {name.split(") ", 1)[1]: name.split(")")[0] + ")" for name in rows}
+    pairs = [("MeZO (non-private)", "lora-mezo-lr2e-2", "PAC-ZPL (coin steps skipped, M = 16)",
+              "lora-zpl-skip-m16-lr2e-2"),
+             ("MeZO (non-private)", "lora-mezo-lr2e-2", "DP-SGD ε=2", "lora-dpsgd-eps2-lr1e-2"),
+             ("PAC-ZPL (coin steps skipped, M = 16)", "lora-zpl-skip-m16-lr2e-2", "DP-SGD ε=2",
+              "lora-dpsgd-eps2-lr1e-2")]
+    for row_name, row_cell, col_name, col_cell in pairs:
+        a = [gain(row_cell, s) for s in (0, 1, 2)]  # the seeds both ran: MeZO's seed 3 has no partner
+        b = [gain(col_cell, s) for s in (0, 1, 2)]
+        test = stats.ttest_rel(a, b)
+        low, high = test.confidence_interval(0.95)
+        text = f"{statistics.fmean(a) - statistics.fmean(b):+.2f} [{low:+.2f}, {high:+.2f}] (n=3)"
+        entry = rows[f"{order[row_name]} {row_name}"][cols.index(order[col_name])]
+        assert entry == (f"**{text}**" if test.pvalue < 0.05 else text), (row_name, col_name, entry, test.pvalue)
+    assert any(e.startswith("**") for r in rows.values() for e in r)  # one pair is resolved here
+    assert any(e and not e.startswith("**") for r in rows.values() for e in r[1:])  # and one is not
+    assert "its 95 % t-interval excludes 0" in section
+    assert ("data seeds 0, 1, 2 (n=3) but MeZO (non-private): 0, 1, 2, 3 (n=4)") in section
+
+
+def test_the_sweep_command_a_report_prints_runs_each_cell_as_it_ran(tmp_path, monkeypatch):
+    """The report's "how these runs were made" commands, read back as `paczero sweep` reads them (its recipes,
+    --seeds and --set, materialised by the sweep's own code and resolved as a run resolves an unset mu), give
+    every run of a tiny grid the config it recorded, and no run a config it did not: a value only some cells ran
+    with (eval_every = 5 on MeZO) is set in their command alone, a value every run holds (data) in every command,
+    a key a run predates (DP-SGD's data_fraction, which its recipe now sets) at its default, and an unset mu
+    resolved by a run's dtype (DP-SGD's fp32: 1e-3) is no setting at all. Red with one
+    table-wide --set of every value any run holds other than its recipe's (MeZO's eval_every and DP-SGD's mu
+    would be set on every cell), with the table's name for a grid that ran some of its recipes, or with only
+    the keys a run recorded compared (DP-SGD would rerun at its recipe's data_fraction)."""
+    import shlex
+
+    from paczero.config import TrainConfig
+    from paczero.experiments.report.cells import EXECUTION_KEYS, find_runs
+    from paczero.experiments.sweep import Cell as SweepCell, expand_recipes, materialise, parse_overrides
+    from paczero.machine.hardware import resolve_precision
+
+    root = tmp_path / "runs"
+    _paired_sst2(root, tmp_path)
+    for summary in root.rglob("summary.json"):
+        found = json.loads(summary.read_text())
+        if "lora-mezo" in str(summary):
+            found["config"]["eval_every"] = 5
+        if "lora-dpsgd" in str(summary):  # recorded before the key existed: it ran at the default, 1
+            del found["config"]["data_fraction"]
+        summary.write_text(json.dumps(found))
+    (tmp_path / "s.jsonl").write_text('{"text": "a", "label": 0}\n')  # the sweep checks the data file exists
+    monkeypatch.chdir(tmp_path)
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    block = md[md.index("## How these runs were made"):].split("```bash\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.splitlines() if line.startswith("paczero sweep")]
+    assert len(commands) == 3, block  # PAC-ZPL, DP-SGD with the default it predates, MeZO on 0-3 with its own value
+    covered: dict[tuple[str, int], dict] = {}
+    for cmd in commands:
+        at = cmd.index("--seeds")
+        recipes, seeds = cmd[2:at], [int(s) for s in cmd[at + 1:cmd.index("--out-root")]]
+        sets = parse_overrides(cmd[cmd.index("--set") + 1:]) if "--set" in cmd else {}
+        for name, source in expand_recipes(recipes):
+            for seed in seeds:
+                cell = SweepCell(name, source, seed, tmp_path / "again")
+                cfg = resolve_precision(materialise(cell, sets, write=False), "cpu", mu_applies=False)
+                assert (name, seed) not in covered
+                covered[(name, seed)] = cfg.to_dict()
+    runs = find_runs(root)
+    assert set(covered) == {(r.cell, r.seed) for r in runs}  # each run once, no recipe that did not run
+    for r in runs:
+        again = json.loads(json.dumps(covered[(r.cell, r.seed)], default=str))
+        again["data"] = str(tmp_path / again["data"])  # the page shows it relative to the folder it was written in
+        recorded = json.loads(json.dumps({**TrainConfig().to_dict(), **r.cfg}, default=str))
+        differ = {k: (recorded[k], again.get(k)) for k in recorded if k not in EXECUTION_KEYS
+                  and recorded[k] != again.get(k)}
+        assert not differ, (r.cell, r.seed, differ)
+    assert sum("eval_every=5" in " ".join(cmd) for cmd in commands) == 1
+    assert [cmd[2] for cmd in commands if "data_fraction=1.0" in cmd] == ["cpu-sst2/lora-dpsgd-eps2-lr1e-2"]
+    assert all("data=s.jsonl" in cmd for cmd in commands), commands
+    assert not any(arg.startswith("mu=") for cmd in commands for arg in cmd)

@@ -88,32 +88,56 @@ def _set_value(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
+def _as_recipe_gives(k: str, given: Any, cfg: dict) -> Any:
+    """The value a run of a recipe records for key ``k`` the recipe gives as ``given``: an unset ``mu`` is the
+    dtype's (:data:`~paczero.machine.hardware.MU_FOR_DTYPE`), as the run resolves it."""
+    from paczero.machine.hardware import MU_FOR_DTYPE
+
+    if k == "mu" and given is None:
+        return MU_FOR_DTYPE.get(cfg.get("dtype"), given)
+    return given
+
+
+def run_overrides(run: Run, recipe: dict, defaults: dict) -> dict[str, Any]:
+    """The ``--set`` values that make ``recipe`` (or, for keys it does not set, the defaults) run as ``run`` ran:
+    every key but the execution keys whose recorded value the recipe would not give (a key the run's config
+    predates counts as its default, as :func:`~paczero.experiments.report.cells.experiment` reads it)."""
+    out = {}
+    for k, v in {**json.loads(json.dumps(defaults, default=str)), **run.cfg}.items():
+        given = _as_recipe_gives(k, recipe[k] if k in recipe else defaults.get(k), run.cfg)
+        if k not in EXECUTION_KEYS and json.dumps(v, default=str) != json.dumps(given, default=str):
+            out[k] = v
+    return out
+
+
 def sweep_commands(runs: list[Run], root: str) -> list[str]:
-    """One ``paczero sweep`` command per table of shipped recipes among ``runs``: its seeds, the out-root and
-    the ``--set`` values the runs hold other than their recipe's (or, for keys it does not set, the defaults),
-    such as ``data``."""
+    """The ``paczero sweep`` commands that run the shipped recipes among ``runs`` again as they ran: one per
+    group of recipes that ran the same seeds with the same ``--set`` values (the values the runs hold other
+    than their recipe's, such as ``data``), named by their table where the group is all of its recipes. A value
+    that only some cells ran with is set in their command alone: set table-wide it would change the others."""
     from paczero.config import TrainConfig, load_yaml
-    from paczero.recipes import recipes_root
+    from paczero.recipes import list_recipes, recipes_root
 
     defaults = TrainConfig().to_dict()
-    by_table: dict[str, dict[str, Any]] = defaultdict(lambda: {"seeds": set(), "sets": {}})
+    seeds: dict[tuple[str, str, str], set] = defaultdict(set)  # (table, recipe, --set values) -> seeds
     for r in runs:
         path = recipes_root() / f"{r.cell}.yaml"
         if "/" not in r.cell or not path.is_file():
             continue
-        recipe = load_yaml(path)
-        entry = by_table[r.table]
-        entry["seeds"].add(r.seed)
-        for k, v in r.cfg.items():
-            given = recipe[k] if k in recipe else defaults.get(k)
-            if k not in EXECUTION_KEYS and json.dumps(v, default=str) != json.dumps(given, default=str):
-                entry["sets"][k] = v
+        sets = run_overrides(r, load_yaml(path), defaults)
+        seeds[(r.table, r.cell, json.dumps(sets, sort_keys=True, default=str))].add(r.seed)
+    groups: dict[tuple[str, tuple, str], list[str]] = defaultdict(list)
+    for (table, recipe, sets), found in seeds.items():
+        groups[(table, tuple(sorted(s for s in found if s is not None)), sets)].append(recipe)
     lines = []
-    for table, entry in sorted(by_table.items()):
-        cmd = ["paczero", "sweep", table, "--seeds", *map(str, sorted(s for s in entry["seeds"] if s is not None)),
-               "--out-root", root]
-        if entry["sets"]:
-            cmd += ["--set", *(f"{k}={_set_value(v)}" for k, v in sorted(entry["sets"].items()))]
+    for (table, group_seeds, sets), recipes in sorted(groups.items(), key=lambda kv: (kv[0][0], -len(kv[1]),
+                                                                                       sorted(kv[1]), kv[0][1:])):
+        whole = sorted(n for n in list_recipes() if n.startswith(table + "/"))
+        cmd = ["paczero", "sweep", *([table] if sorted(recipes) == whole else sorted(recipes)), "--seeds",
+               *map(str, group_seeds), "--out-root", root]
+        values = json.loads(sets)
+        if values:
+            cmd += ["--set", *(f"{k}={_set_value(v)}" for k, v in sorted(values.items()))]
         lines.append(shlex.join(cmd))
     return lines
 

@@ -19,6 +19,8 @@ from collections import defaultdict
 
 from paczero.config import DP_MECHANISMS, PAC_MECHANISMS
 from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
+from paczero.experiments.report.paired import (RESOLVED, fmt_interval, gains_by_seed, method_section,
+                                               resolved_from, run_gain, seed_note, t_interval)
 from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
@@ -101,15 +103,9 @@ def _zero_shot_ood(cells: list[Cell], settings: dict | None = None) -> tuple:
 
 def gains(cell: Cell, split: str = "test") -> dict[str, tuple]:
     """Each run's gain over the zero-shot of the same run (the base model on the same examples, from the same
-    prompt), over the cell's runs: accuracy in points, loss (negative: lower than zero-shot), as mean ± std, n."""
-    acc, loss = [], []
-    for r in cell.runs:
-        tuned, zero = r.summary.get(split) or {}, (r.summary.get("zero_shot") or {}).get(split) or {}
-        if tuned.get("accuracy") is not None and zero.get("accuracy") is not None:
-            acc.append(100.0 * (float(tuned["accuracy"]) - float(zero["accuracy"])))
-        if tuned.get("loss") is not None and zero.get("loss") is not None:
-            loss.append(float(tuned["loss"]) - float(zero["loss"]))
-    return {"accuracy": mean_std(acc), "loss": mean_std(loss)}
+    prompt, in the run's dtype), over the cell's runs: accuracy in points, loss (negative: lower than zero-shot),
+    as mean ± std, n."""
+    return {f: mean_std(run_gain(r, split, f) for r in cell.runs) for f in ("accuracy", "loss")}
 
 
 def _zero_label(settings: dict, groups: list) -> str:
@@ -138,18 +134,22 @@ def empirical_epsilon(cell: Cell) -> str:
 def ceiling_fraction(gain: tuple, ceiling: tuple, lower_is_better: bool = False) -> str:
     """A method's mean gain as a percentage of the ceiling's mean gain ("—" where either is missing or the
     ceiling gained nothing: no improvement, a loss that rose, an accuracy that fell, or, over two seeds or more,
-    a mean gain within two standard deviations of 0, which no share can be read against)."""
+    a mean gain whose 95 % t-interval includes 0 (:data:`~paczero.experiments.report.paired.RESOLVED`), which
+    no share can be read against)."""
     if gain[0] is None or ceiling[0] is None or ceiling[0] == 0 or (lower_is_better and ceiling[0] > 0) \
             or (not lower_is_better and ceiling[0] < 0):
         return "—"  # the ceiling bought nothing on this figure: no share to keep
-    if ceiling[1] is not None and abs(ceiling[0]) <= 2.0 * ceiling[1]:
+    if ceiling[1] is not None and not resolved_from(*ceiling):
         return "—"  # the ceiling's gain is not resolved from 0 over its seeds
     return f"{100.0 * gain[0] / ceiling[0]:.0f} %"
 
 
 def gain_table(cells: list[Cell]) -> str:
-    """The chosen cell of every method as gains over the strong zero-shot, in domain and out of domain, and,
-    where the table holds the ceiling (``adamw``), the fraction of its gain each method keeps."""
+    """The chosen cell of every method as gains over the strong zero-shot, in domain and out of domain, with the
+    accuracy gain's 95 % t-interval, the data seeds of each row and, where the rows ran in more than one dtype,
+    each row's dtype (its gain is over the zero-shot of its own dtype); where the table holds the ceiling
+    (``adamw``), the fraction of its gain each method keeps; then every method against every other, paired on
+    the data seeds both ran (:func:`~paczero.experiments.report.paired.method_section`)."""
     zero = zero_shot_stats(cells)
     chosen = sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0]))
     top = next((gains(c) for _, (c, _s, _g) in chosen if c.cfg["mechanism"] == CEILING), None)
@@ -157,8 +157,9 @@ def gain_table(cells: list[Cell]) -> str:
     ends = cells[0].table in BY_DEV_LOSS
     audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
     ood = any(gains(c, "ood_test")["accuracy"][0] is not None for _, (c, _s, _g) in chosen)  # else no columns
-    rows = [[_zero_label(settings, zero), "—", *(["0"] if ends else []), fmt_ms(*st["test"]),
-             fmt_ms(*st["test_loss"], digits=3), "0", "0",
+    dtypes = len({c.cfg.get("dtype") for _, (c, _s, _g) in chosen} | {st.get("dtype") for st, _ in zero}) > 1
+    rows = [[_zero_label(settings, zero), *([settings.get("dtype")] if dtypes else []), "—", *(["0"] if ends else []),
+             fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "—", "0",
              *(["0", "0"] if ood else []), *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)",
              *(["—"] if audited else []), "—", *(["—"] if ends else [])] for settings, st in zero]
     for method, (c, _seed, _grid) in chosen:
@@ -169,15 +170,22 @@ def gain_table(cells: list[Cell]) -> str:
             end += longer_run_noise(c.cfg)
         share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"], True)] \
             if kept else []
-        rows.append([label(c.cfg, c.table), f"{c.cfg['lr']:g}", *([str(c.cfg["steps"])] if ends else []),
+        interval = t_interval(list(gains_by_seed(c).values()))
+        rows.append([label(c.cfg, c.table), *([c.cfg.get("dtype")] if dtypes else []), f"{c.cfg['lr']:g}",
+                     *([str(c.cfg["steps"])] if ends else []),
                      fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
-                     fmt_ms(*g["accuracy"], digits=2), fmt_ms(*g["loss"], digits=4),
+                     fmt_ms(*g["accuracy"], digits=2), fmt_interval(*interval) if interval[1] is not None else "—",
+                     fmt_ms(*g["loss"], digits=4),
                      *([fmt_ms(*o["accuracy"], digits=2), fmt_ms(*o["loss"], digits=4)] if ood else []), *share, text,
                      *([empirical_epsilon(c)] if audited else []), fmt_ms(*_extra(c, "heldout_attack", "auc"), digits=3),
                      *([end] if ends else [])])
-    note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model, the same "
-            "prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss gains below 0 are "
-            "improvements. A gain within two standard deviations of 0 is not resolved.")
+    note = ("Gains: each run's test figure minus the zero-shot figure of the same run (the base model in the run's "
+            "dtype, the same prompt and examples), mean ± sample std over the chosen cell's data seeds (n); loss "
+            f"gains below 0 are improvements. A gain is resolved where {RESOLVED}; the accuracy gain's interval is "
+            "given beside it (mean [low, high], over the data seeds).")
+    if dtypes:
+        note += (" The rows ran in more than one dtype (column dtype): each dtype's zero-shot is a row of its own, and "
+                 "each row's gain is over the zero-shot of its own runs, so of its own dtype.")
     if kept:
         note += (" Ceiling kept: the method's mean gain as a share of the mean gain of the non-private first-order "
                  "ceiling (AdamW on the same trainable parameters, no clipping, no noise); \"—\" where the ceiling's "
@@ -193,12 +201,15 @@ def gain_table(cells: list[Cell]) -> str:
         note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (docs/audit.md) of the "
                  "cell's audited runs; a lower bound never proves privacy, and "
                  "one above the stated ε would show the run does not keep its guarantee.")
-    return "\n\n".join([note, markdown_table(
-        ["Method", "lr (chosen on dev)", *(["Steps T"] if ends else []), "Test acc %", "Test loss", "Gain acc (pts)",
-         "Gain loss",
+    named = [(label(c.cfg, c.table), c) for _, (c, _s, _g) in chosen]
+    note += " " + seed_note(named)
+    table = markdown_table(
+        ["Method", *(["dtype"] if dtypes else []), "lr (chosen on dev)", *(["Steps T"] if ends else []), "Test acc %",
+         "Test loss", "Gain acc (pts)", "Gain acc, 95 % t-interval", "Gain loss",
          *(["Gain acc, out-of-domain", "Gain loss, out-of-domain"] if ood else []), *kept, "Guarantee",
          *(["Empirical ε (one-run audit)"] if audited else []), "Loss-attack AUC",
-         *(["Dev loss at the final budget"] if ends else [])], rows)])
+         *(["Dev loss at the final budget"] if ends else [])], rows)
+    return "\n\n".join(filter(None, [note, table, method_section(named)]))
 
 
 def forwards_per_step(cfg: dict) -> float:
