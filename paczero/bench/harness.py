@@ -35,6 +35,7 @@ class BenchConfig:
     random_init: bool = False       # the model's architecture (config only) with random weights
     compile: bool = False           # torch.compile the model body (LoRA; both the floor and the step run it)
     account: bool = False           # also account for one floor pass's time by module category (hooks)
+    host: bool = False              # also time each method's step split into model time and host time
 
 
 class Harness:
