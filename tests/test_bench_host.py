@@ -85,6 +85,19 @@ def test_host_time_is_the_step_outside_the_models_forwards(harness, monkeypatch)
     assert all(not mod.training for mod in harness.model.modules())  # Opacus's training mode undone
 
 
+def test_each_zeroth_order_step_draws_its_own_z(harness, monkeypatch):
+    """PAC-ZPL and MeZO share the perturber, which keeps a step's z: every timed step must have a step number of
+    its own, so that each draws z as a training step does. Red if the methods' steps share numbers (then the
+    second method's steps draw nothing)."""
+    from paczero.zo.perturb import Perturber
+
+    draws = []
+    draw = Perturber._draw_step
+    monkeypatch.setattr(Perturber, "_draw_step", lambda self, step, k: (draws.append(step), draw(self, step, k))[1])
+    measure_host(harness, steps=2, methods=("pac-zpl", "mezo"), log=lambda s: None)
+    assert len(draws) == len(set(draws)) == 2 * 3  # two methods, a warm-up and two steps each
+
+
 def test_bench_reports_host_rows(capsys):
     """``--host`` puts a ``host`` entry per method in the row and a table with one line per method; with
     ``--mechanism dp-sgd`` or ``--compile`` it is one error line, exit 2."""

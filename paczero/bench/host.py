@@ -193,9 +193,11 @@ def measure_host(h, steps: int, methods=HOST_METHODS, log=print) -> dict:
     on its own afterwards (Opacus's hooks, attached for DP-SGD, would slow every other step's forwards)."""
     clock = ModelClock(str(h.cfg.device).startswith("cuda"))
     zo = {m: zeroth_order_runner(h, m, clock) for m in methods if m in ("pac-zpl", "mezo")}
-    for run in zo.values():
-        run(0)  # warm-up
-    rounds = [{m: run(i + 1) for m, run in zo.items()} for i in range(steps)]
+    # every step its own number: the perturber keeps a step's z, and a method that met another's step number
+    # would find its z drawn already
+    for j, run in enumerate(zo.values()):
+        run(j)  # warm-up
+    rounds = [{m: run((i + 1) * len(zo) + j) for j, (m, run) in enumerate(zo.items())} for i in range(steps)]
     timings = {m: [r[m] for r in rounds] for m in zo}
     for m in methods:
         if m in ("dp-sgd", "adamw"):
