@@ -319,15 +319,25 @@ class DirectionDraws:
                 with torch.inference_mode(False):
                     z = self._z_storage[(k, i)] = torch.empty(p.shape, device=p.device, dtype=torch.float32)
             self._z_cache[key] = z
-            self._chunk_seeds(key)
-            flat = z.view(-1, self._layouts[i].row) if z.dim() else z.view(1, 1)
-            by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(self._layouts[i].n_chunks))
+            seeds = self._chunk_seeds(key)
+            n_chunks = self._layouts[i].n_chunks
+            if n_chunks == 1:  # one chunk (a LoRA tensor, a bias, a norm): its seed and all of its storage
+                by_device.setdefault(p.device, []).append((None, z.view(-1), int(seeds[0])))
+            else:
+                flat = z.view(-1, self._layouts[i].row) if z.dim() else z.view(1, 1)
+                by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(n_chunks))
             values[p.device] = values.get(p.device, 0) + z.numel()
         for device, tasks in by_device.items():
-            def work(lo: int, hi: int, tasks=tasks) -> None:
+            def work(lo: int, hi: int, tasks=tasks, device=device) -> None:
+                gen = WORKERS.generator(device)
                 j = lo
                 while j < hi:  # consecutive chunks of one tensor in one call
                     key, flat, c = tasks[j]
+                    if key is None:  # a one-chunk tensor: the chunk's draw, without the chunk bookkeeping
+                        gen.manual_seed(c)
+                        flat.normal_(generator=gen)
+                        j += 1
+                        continue
                     e = j + 1
                     while e < hi and tasks[e][0] == key:
                         e += 1

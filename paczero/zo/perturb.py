@@ -177,6 +177,15 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
         z = self._z_cache[key] = self._draw_whole(key)
         return z
 
+    def _directions(self, step: int, k: int, indices: list[int]) -> list[torch.Tensor]:
+        """:meth:`direction` of each parameter in ``indices`` (cached), looked up together once drawn."""
+        if not indices:
+            return []
+        first = self.direction(step, k, indices[0])  # draws the step's z where it is not drawn yet
+        cache = self._z_cache
+        return [first] + [cache.get((step, k, i)) if (step, k, i) in cache else self.direction(step, k, i)
+                          for i in indices[1:]]
+
     def clear_cache(self) -> None:
         """Drop what is kept for the step (the cached z, small tensors' perturbed copies); needed after
         weights are changed in place other than by :meth:`apply_update` within a step."""
@@ -236,7 +245,7 @@ class Perturber(DirectionDraws, LayerPaths, Lockstep, Update):
                  if orig.dtype == torch.float32 and orig.numel() <= _PERTURB_BLOCK and not self._fused[self._index[id(p)]]]
         if len(group) < 2:
             return {}
-        zs = [self.direction(step, k, self._index[id(p)]) for p, _ in group]
+        zs = self._directions(step, k, [self._index[id(p)] for p, _ in group])
         values = torch._foreach_mul(zs, scale)
         torch._foreach_add_(values, [orig for _, orig in group])
         return {id(p): v for (p, _), v in zip(group, values)}

@@ -66,7 +66,7 @@ class Update:
             torch._foreach_mul_(thetas, 1.0 - decay)
         for k, s in enumerate(scales):
             if s:
-                torch._foreach_sub_(thetas, torch._foreach_mul([self.direction(step, k, i) for i in group], s))
+                torch._foreach_sub_(thetas, torch._foreach_mul(self._directions(step, k, group), s))
         return set(group)
 
     def _update_blocks(self, p: torch.nn.Parameter, terms: list[tuple[torch.Tensor, float]], decay: float) -> None:
