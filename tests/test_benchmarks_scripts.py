@@ -212,3 +212,30 @@ def test_gpu_sst2_script_joins_the_model_from_parts_carried_in_two_calls(tmp_pat
     assert "part-00" in tampered.stderr and "part-02" in tampered.stderr
 
     assert call(tmp_path / "nothing", "--stash").returncode == 2  # nothing to stash: one clear line, exit 2
+
+
+def test_gpu_script_host_mode_runs_on_cpu_and_prints_each_methods_host_time(tmp_path):
+    """benchmarks/gpu.sh OUT host on a CPU (DEVICE=cpu) with a tiny model and N = 16: the bench's JSON holds the
+    host time of PAC-ZPL, MeZO, DP-SGD and AdamW, and the log closes with one HOST line per method whose host ms
+    is the JSON's. Red when the script no longer passes --host or --device through, or its summary drops the
+    host lines."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHON": sys.executable, "DEVICE": "cpu", "HOST_MODELS": "tiny-llama", "HOST_N": "16",
+           "HOST_DTYPE": "fp32", "PYTHONPATH": str(root)}
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(root / "benchmarks" / "gpu.sh"), str(out), "host"], env=env, cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = json.loads((out / "host-tiny-llama.json").read_text())
+    host = rows[0]["host"]
+    assert list(host) == ["pac-zpl", "mezo", "dp-sgd", "adamw"] and rows[0]["config"]["device"] == "cpu"
+    lines = re.findall(r"^HOST tiny-llama lora fp32 N=16 (\S+): .* host (\S+) ms$", (out / "host-tiny-llama.log").read_text(),
+                       re.M)
+    assert [m for m, _ in lines] == list(host)
+    assert all(float(ms) == pytest.approx(host[m]["host_s"] * 1e3, abs=0.006) for m, ms in lines)

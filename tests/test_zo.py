@@ -131,6 +131,28 @@ def test_directions_are_public_and_deterministic():
     a.remove()
 
 
+def test_direction_seeds_hash_many_parameters_as_numpys_seed_sequence_does():
+    """``direction_seeds`` (every parameter of a step at once) gives, for each index, numpy's
+    ``SeedSequence([seed & 0xFFFFFFFF, step, k, index, 0x7A0]).generate_state(1, uint64)`` with the top bit
+    cleared, computed here by numpy itself; words of 2^32 or more take the scalar path. Red if a hash constant,
+    the per-destination hashing of the fifth word or the word order of the 64-bit result is changed."""
+    from paczero.zo.directions import direction_seeds
+
+    def numpys(seed, step, k, i):
+        ss = np.random.SeedSequence([seed & 0xFFFFFFFF, step, k, i, 0x7A0])
+        return int(ss.generate_state(1, dtype=np.uint64)[0]) & 0x7FFFFFFFFFFFFFFF
+
+    rng = np.random.default_rng(5)
+    cases = [(0, 0, 0), (2**63 - 1, 2**32 - 1, 7), (-3, 5, 1), (2**40 + 9, 2**32, 0)]  # the last: scalar path
+    cases += [(int(rng.integers(0, 2**63)), int(rng.integers(0, 2**31)), int(rng.integers(0, 9))) for _ in range(20)]
+    for seed, step, k in cases:
+        idx = np.concatenate([np.arange(40), rng.integers(0, 2**32, size=4)])
+        got = direction_seeds(seed, step, k, idx)
+        assert got.dtype == np.uint64
+        assert [int(x) for x in got] == [numpys(seed, step, k, int(i)) for i in idx]
+        assert [int(x) for x in got[:3]] == [direction_seed(seed, step, k, i) for i in range(3)]
+
+
 def test_z_is_its_definition_chunk_by_chunk_on_every_cpu_path(monkeypatch):
     """Chunk c of z for (step, k, i) is torch's normal_ from a generator seeded with
     chunk_seeds(direction_seed(...))[c], recomputed here independently of the Perturber. The cached step's one
@@ -423,6 +445,23 @@ def test_lockstep_restoration_is_bit_exact(dtype):
     assert all(torch.equal(p.detach(), b) for (_, p), b in zip(params, before))
     assert all("forward" not in m.__dict__ for m in lm.model.modules())  # overrides removed
     pert.remove()
+
+
+def test_cached_block_swaps_in_the_one_arithmetic_for_small_tensors_together():
+    """Inside a cached block every trained tensor (LoRA's small fp32 ones, formed together in multi-tensor
+    operations) holds fl(fl(z * s) + theta), recomputed here with torch's operators from direction(); after the
+    block the originals, bit for bit. Red if the grouped path rounds once (a fused multiply-add such as
+    ``torch._foreach_addcmul``), takes another direction's z or scale, or leaves a perturbed tensor in place."""
+    lm = load_model("tiny-llama", track="lora")
+    params = trainable_parameters(lm.model, "lora")
+    start = [p.detach().clone() for _, p in params]
+    pert = Perturber(lm.model, params, public_seed=4)
+    assert pert.cache and len(params) >= 2
+    for k, s in ((0, 1e-3), (1, -1e-3), (0, 0.37)):
+        with pert.perturbed(2, k, s):
+            for i, (name, p) in enumerate(params):
+                assert torch.equal(p.data, pert.direction(2, k, i) * s + start[i]), name
+        assert all(torch.equal(p.data, s0) for (_, p), s0 in zip(params, start))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

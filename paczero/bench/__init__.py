@@ -49,6 +49,9 @@ task, track, N, dtype and device, in the same process:
     (exclusive times summed into categories: base linears and their TFLOP/s, LoRA adapters, attention core,
     norms, MLP activation, embedding, layer glue, LM head, outside the model), beside the same pass
     un-hooked (:mod:`paczero.bench.account`).
+(j) with ``--host``, ``host``: for PAC-ZPL, MeZO, DP-SGD and AdamW, the step's wall time split into the time
+    inside the model's forwards and backwards (``model_s``) and the rest (``host_s``: z draws, perturbation,
+    update, loops, release, optimizer), medians in seconds (:mod:`paczero.bench.host`).
 
 Optionally (``--world 2``) the step time of a data-parallel run with that many
 gloo/nccl processes on the same machine, and the speedup over one process.
@@ -121,6 +124,10 @@ def measure(cfg: BenchConfig, log=print) -> dict:
     if cfg.account:  # where one floor pass's time goes (paczero/bench/account.py)
         res["account"] = floor_account(h)
         log(account_line(res["account"]))
+    if cfg.host:  # each method's step, split into the model's time and the host's (paczero/bench/host.py)
+        from paczero.bench.host import measure_host
+
+        res["host"] = measure_host(h, cfg.steps, log=log)
     res["load_average"].append(load_average())  # the machine's, before and after the timings above
     BusyWatch(allowed_cores()).check(res["torch_threads"])  # one line where other work shared the cores
     if cfg.scaling:
@@ -284,6 +291,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also time one floor pass with forward hooks on every module and account for its time "
                         "by category (base linears and their TFLOP/s, LoRA adapters, attention, norms, MLP, "
                         "embedding, glue, LM head, outside the model), beside the same pass without hooks")
+    p.add_argument("--host", action="store_true",
+                   help="also time a PAC-ZPL, MeZO, DP-SGD and AdamW step over the same N rows, each split into "
+                        "the time inside the model's forwards and backwards and the host time around them "
+                        "(z draws, perturbation, update, loops, release, optimizer), in ms")
     p.add_argument("--random-init", action="store_true",
                    help="build each model from its config alone with random weights (speed and memory do not "
                         "depend on the weights; a local folder needs only config.json and the tokenizer)")
@@ -314,6 +325,8 @@ def run(ns: argparse.Namespace) -> int:
                          "and --world")
     if base.account and (base.compile or base.mechanism == "dp-sgd"):
         raise ValueError("--account times the eager zeroth-order floor pass: drop --compile and --mechanism dp-sgd")
+    if base.host and (base.compile or base.mechanism == "dp-sgd"):
+        raise ValueError("--host times every method's eager step itself: drop --compile and --mechanism dp-sgd")
     for flag, value in (("--steps", base.steps), ("--memory-repeats", base.memory_repeats),
                         ("--world", base.world), ("--num-directions", base.num_directions),
                         ("--token-budget", base.token_budget),
@@ -341,6 +354,10 @@ def run(ns: argparse.Namespace) -> int:
         print(table(results))
         if base.account:
             print(account_table(results))
+        if base.host:
+            from paczero.bench.host import host_table
+
+            print(host_table(results))
     return 0
 
 

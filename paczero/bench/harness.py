@@ -41,6 +41,7 @@ class BenchConfig:
     verbalizer: dict | None = None  # label -> answer word (as paczero train's --verbalizer)
     template: str | None = None     # the prompt template (as paczero train's --template)
     two_classes: bool = False       # time the step against the same rows' two-class step (paczero.bench.classes)
+    host: bool = False              # also time each method's step split into model time and host time
 
 
 class Harness:

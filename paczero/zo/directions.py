@@ -31,6 +31,58 @@ def direction_seed(public_seed: int, step: int, k: int, index: int) -> int:
     return int(ss.generate_state(1, dtype=np.uint64)[0] & np.uint64(0x7FFFFFFFFFFFFFFF))
 
 
+#: numpy's SeedSequence constants (numpy/random/bit_generator.pyx): the hash of :func:`direction_seeds`
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R, _POOL = 0xCA01F9DD, 0x4973F715, 4
+
+
+def direction_seeds(public_seed: int, step: int, k: int, indices) -> np.ndarray:
+    """:func:`direction_seed` of every parameter index in ``indices`` at once, the same integers (uint64).
+
+    numpy's ``SeedSequence([seed, step, k, index, 0x7A0]).generate_state(1, uint64)`` is a fixed sequence of
+    32-bit multiply-xorshift hashes whose constants do not depend on the data, so it runs on whole arrays of
+    indices in uint32 arithmetic; one parameter's seed costs what numpy's set-up of one SeedSequence does.
+    Words of 2^32 or more (which SeedSequence splits) and negative values take the scalar path.
+    """
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    words = [int(public_seed) & 0xFFFFFFFF, int(step), int(k)]
+    if min(words[1:]) < 0 or max(words[1:]) >= 1 << 32 or (idx.size and (idx.min() < 0 or idx.max() >= 1 << 32)):
+        return np.array([direction_seed(public_seed, step, k, int(i)) for i in idx], dtype=np.uint64)
+    u32 = np.uint32
+    entropy = [np.full(idx.shape, w, dtype=u32) for w in words] + [idx.astype(u32), np.full(idx.shape, 0x7A0, u32)]
+    with np.errstate(over="ignore"):
+        const = [_INIT_A]
+
+        def hashmix(value: np.ndarray) -> np.ndarray:
+            value = value ^ u32(const[0])
+            const[0] = (const[0] * _MULT_A) & 0xFFFFFFFF
+            value = value * u32(const[0])
+            return value ^ (value >> u32(16))
+
+        def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+            r = u32(_MIX_L) * x - u32(_MIX_R) * y
+            return r ^ (r >> u32(16))
+
+        pool = [hashmix(entropy[i]) for i in range(_POOL)]
+        for src in range(_POOL):
+            for dst in range(_POOL):
+                if src != dst:
+                    pool[dst] = mix(pool[dst], hashmix(pool[src]))
+        for src in range(_POOL, len(entropy)):
+            for dst in range(_POOL):
+                pool[dst] = mix(pool[dst], hashmix(entropy[src]))
+        out, hconst = [], _INIT_B
+        for word in pool[:2]:  # generate_state(1, uint64): two 32-bit words, little-endian
+            value = word ^ u32(hconst)
+            hconst = (hconst * _MULT_B) & 0xFFFFFFFF
+            value = value * u32(hconst)
+            out.append(value ^ (value >> u32(16)))
+    seeds = out[0].astype(np.uint64) | (out[1].astype(np.uint64) << np.uint64(32))
+    return seeds & np.uint64(0x7FFFFFFFFFFFFFFF)
+
+
+#: from this many parameters on, a step's base seeds are hashed together (numpy's set-up costs more below)
+_MANY_SEEDS = 16
 #: splitmix64's increment and multipliers (the chunk seeds' definition), and 2^64 - 1
 _GOLDEN_INT, _MIX1, _MIX2, _MASK64 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, (1 << 64) - 1
 #: directions of at most this many chunks get their chunk seeds from Python integers (same values)
@@ -176,6 +228,18 @@ class DirectionDraws:
                                                         self._layouts[key[2]].n_chunks)
         return seeds
 
+    def _step_seeds(self, step: int, k: int, indices: list[int]) -> None:
+        """The chunk seeds of (step, k) for every parameter in ``indices`` not yet cached, their base seeds
+        hashed together (:func:`direction_seeds`) where there are many."""
+        todo = [i for i in indices if (step, k, i) not in self._seed_cache]
+        if len(todo) < _MANY_SEEDS:
+            return
+        if len(self._seed_cache) + len(todo) > 4096:
+            self._seed_cache.clear()
+            self._device_seed_cache.clear()
+        for i, base in zip(todo, direction_seeds(self.public_seed, step, k, todo).tolist()):
+            self._seed_cache[(step, k, i)] = chunk_seeds(base, self._layouts[i].n_chunks)
+
     def _device_seeds(self, key: tuple[int, int, int]) -> torch.Tensor:
         """The chunk seeds of ``key`` on its parameter's device (fused kernels)."""
         seeds = self._device_seed_cache.get(key)
@@ -245,6 +309,7 @@ class DirectionDraws:
         (tiny-opt; docs/performance.md, 2026-11-23)."""
         by_device: dict[torch.device, list[tuple[tuple[int, int, int], torch.Tensor, int]]] = {}
         values: dict[torch.device, int] = {}
+        self._step_seeds(step, k, [i for i in range(len(self.params)) if not self._fused[i]])
         for i, p in enumerate(self.params):
             key = (step, k, i)
             if self._fused[i] or key in self._z_cache:
@@ -254,15 +319,25 @@ class DirectionDraws:
                 with torch.inference_mode(False):
                     z = self._z_storage[(k, i)] = torch.empty(p.shape, device=p.device, dtype=torch.float32)
             self._z_cache[key] = z
-            self._chunk_seeds(key)
-            flat = z.view(-1, self._layouts[i].row) if z.dim() else z.view(1, 1)
-            by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(self._layouts[i].n_chunks))
+            seeds = self._chunk_seeds(key)
+            n_chunks = self._layouts[i].n_chunks
+            if n_chunks == 1:  # one chunk (a LoRA tensor, a bias, a norm): its seed and all of its storage
+                by_device.setdefault(p.device, []).append((None, z.view(-1), int(seeds[0])))
+            else:
+                flat = z.view(-1, self._layouts[i].row) if z.dim() else z.view(1, 1)
+                by_device.setdefault(p.device, []).extend((key, flat, c) for c in range(n_chunks))
             values[p.device] = values.get(p.device, 0) + z.numel()
         for device, tasks in by_device.items():
-            def work(lo: int, hi: int, tasks=tasks) -> None:
+            def work(lo: int, hi: int, tasks=tasks, device=device) -> None:
+                gen = WORKERS.generator(device)
                 j = lo
                 while j < hi:  # consecutive chunks of one tensor in one call
                     key, flat, c = tasks[j]
+                    if key is None:  # a one-chunk tensor: the chunk's draw, without the chunk bookkeeping
+                        gen.manual_seed(c)
+                        flat.normal_(generator=gen)
+                        j += 1
+                        continue
                     e = j + 1
                     while e < hi and tasks[e][0] == key:
                         e += 1

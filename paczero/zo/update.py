@@ -33,7 +33,10 @@ class Update:
         decay = lr * weight_decay
         if all(s == 0.0 for s in scales) and decay == 0.0:
             return  # lr = 0 or all coefficients 0: the weights stay bit-identical
+        small = self._update_small(step, scales, decay) if self.cache else set()
         for i, p in enumerate(self.params):
+            if i in small:
+                continue
             if self.cache and p.dtype != torch.float32 and p.data.is_contiguous() and p.numel() > _UPDATE_BLOCK:
                 self._update_blocks(p, [(self.direction(step, k, i), s) for k, s in enumerate(scales) if s], decay)
             elif self.cache:
@@ -48,6 +51,23 @@ class Update:
                     p.data.copy_(acc.to(p.dtype))
             else:
                 self._update_chunked(step, i, p, scales, decay)
+
+    def _update_small(self, step: int, scales: list[float], decay: float) -> set[int]:
+        """Cached: the update of every small fp32 tensor (at most ``_UPDATE_BLOCK`` values, or not contiguous:
+        those :meth:`_sub_scaled` updates in one operation) in multi-tensor operations, one per term instead of
+        one per term and tensor: theta <- fl(theta (1 - decay)), then theta <- fl(theta - fl(z_k s_k)) for k in
+        order, the same element-wise arithmetic as the loop below. Returns the indices it updated."""
+        group = [i for i, p in enumerate(self.params) if p.dtype == torch.float32
+                 and (p.numel() <= _UPDATE_BLOCK or not p.data.is_contiguous())]
+        if len(group) < 2:
+            return set()
+        thetas = [self.params[i].data for i in group]
+        if decay:
+            torch._foreach_mul_(thetas, 1.0 - decay)
+        for k, s in enumerate(scales):
+            if s:
+                torch._foreach_sub_(thetas, torch._foreach_mul(self._directions(step, k, group), s))
+        return set(group)
 
     def _update_blocks(self, p: torch.nn.Parameter, terms: list[tuple[torch.Tensor, float]], decay: float) -> None:
         """A low-precision tensor's cached update a block of values at a time, through fp32 scratch: the same
