@@ -82,11 +82,23 @@ PACKAGES = ("torch", "numpy", "scipy", "transformers", "peft", "dp-accounting")
 
 
 def environment() -> dict:
-    """What owns the last digits of a run: the numeric libraries and the CPU kernels torch dispatches."""
+    """What owns the last digits of a run: the numeric libraries, the CPU kernels torch dispatches and the CPU
+    they run on (an AMD EPYC and an Intel Xeon both report torch's "AVX512" and sum a forward in another order)."""
     env = {name: metadata.version(name) for name in PACKAGES}
     env["python"] = platform.python_version()
     env["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    env["cpu"] = _cpu_model()
     return env
+
+
+def _cpu_model() -> str:
+    """The CPU's vendor and model name as the kernel reports them (empty where it does not)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    return " ".join(fields.get(key, "").strip() for key in ("vendor_id", "model name")).strip()
 
 
 def _weights_change(name: str, out: Path) -> dict:
