@@ -17,12 +17,14 @@ from paczero.config import TrainConfig, load_yaml
 REPO = Path(__file__).resolve().parents[1]
 ALL = list_recipes()
 NAMES = [n for n in ALL if not n.startswith(("quickstart/", "cpu-scale/", "cpu-tuned/", "cpu-regime/",
-                                              "cpu-practitioner/", "cpu-sst2/", "gpu-sst2/"))]  # the paper's
+                                              "cpu-practitioner/", "cpu-sst2/", "gpu-sst2/", "cpu-agnews/",
+                                              "cpu-sst5/"))]  # the paper's
 CPU = [n for n in ALL if n.startswith("cpu-scale/")]  # the CPU-scale table (its data file is not shipped)
 TUNED = [n for n in ALL if n.startswith("cpu-tuned/")]  # the tuned CPU table (data and ood files not shipped)
 REGIME = [n for n in ALL if n.startswith("cpu-regime/")]  # the tuned table at M = 128 (the same files)
 PRACTITIONER = [n for n in ALL if n.startswith("cpu-practitioner/")]  # from the strong prompt (the same files)
 SST2 = [n for n in ALL if n.startswith(("cpu-sst2/", "gpu-sst2/"))]  # SST-2 from the strong prompt (file not shipped)
+WEAK = [n for n in ALL if n.startswith(("cpu-agnews/", "cpu-sst5/"))]  # several classes from a weak start (not shipped)
 DEMO_FILE = REPO / "paczero" / "data" / "demo_sentiment.jsonl"  # a file with the "text" and "label" columns
 
 
@@ -391,7 +393,7 @@ def test_every_recipe_holds_its_grid_row():
     away from its row, or a row's recipe is missing."""
     rows = list(csv.DictReader((REPO / "paczero" / "recipes" / "grid.csv").open()))
     named = {f"{r['table']}/{r['cell']}" for r in rows}
-    for table in ("cpu-practitioner", "cpu-sst2", "gpu-sst2"):  # the tuned tables are grids as data of their own
+    for table in ("cpu-practitioner", "cpu-sst2", "gpu-sst2", "cpu-agnews", "cpu-sst5"):  # grids as data of their own
         grid = yaml.safe_load((REPO / "scripts" / "recipe_templates" / f"{table}-grid.yaml").read_text())
         for method, m in grid["methods"].items():
             for lr in m["lrs"]:
@@ -478,3 +480,36 @@ def test_the_sst2_tables_run_every_method_from_the_strong_prompt_on_the_papers_t
             for c in by_method[m]} == {0.5, 1.0, 2.0}
     ceiling = by_method["lora-adamw"][0]
     assert ceiling.mechanism == "adamw" and ceiling.epsilon is None and ceiling.batch_size == 16
+
+
+@pytest.mark.parametrize("table, classes, n, pool", [("cpu-agnews", 4, 64, 5600), ("cpu-sst5", 5, 128, 8544)])
+def test_the_weak_start_tables_run_every_method_at_three_learning_rates_in_one_dtype(table, classes, n, pool):
+    """cpu-agnews and cpu-sst5: PAC-ZPL at MI = 0 (coin steps skipped, M = 16), MeZO, DPZero at epsilon 2,
+    DP-SGD at epsilon 1 and 2 and the AdamW ceiling, each at three learning rates differing in nothing else,
+    from template auto with the class names, and PAC-ZPL and AdamW also from the plain prompt with the names as
+    answer words; every row in bf16 (one zero-shot), dev 200, test the held-out file whole, dev loss selecting,
+    a dev evaluation each tenth of the run; a DP cell keeps about n_train + n_dev of the training file's rows
+    (data_fraction). Red if a method, an epsilon or a learning rate is missing, rows differ in dtype, or a DP
+    cell uses the whole training file."""
+    by_method: dict[str, list] = {}
+    for name in [x for x in WEAK if x.startswith(table + "/")]:
+        method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
+        by_method.setdefault(method, []).append(cpu_cfg(name).validate())
+    assert set(by_method) == {"lora-zpl-skip-m16", "lora-zpl-skip-m16-plain", "lora-mezo", "lora-dpzero-eps2",
+                              "lora-dpsgd-eps2", "lora-dpsgd-eps1", "lora-adamw", "lora-adamw-plain"}
+    for method, cfgs in by_method.items():
+        assert len({c.lr for c in cfgs}) == 3, method
+        rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
+        assert len(rest) == 1, method
+        c = cfgs[0]
+        assert len(c.labels) == classes and c.dtype == "bf16" and c.task == "classification", method
+        if method.endswith("-plain"):
+            assert c.template != "auto" and len(c.verbalizer) == classes
+        else:
+            assert c.template == "auto" and c.verbalizer is None
+        assert (c.n_train, c.n_dev, c.select_metric) == (n, 200, "loss") and c.steps // c.eval_every == 10
+        if c.mechanism in ("dpzero", "dp-aggzo", "dpzero-aggzo1", "dp-sgd"):
+            assert c.data_fraction == pytest.approx((c.n_train + c.n_dev) / pool, abs=1e-6), method
+        else:
+            assert c.data_fraction == 1.0
+    assert {c.epsilon for m in ("lora-dpsgd-eps2", "lora-dpsgd-eps1") for c in by_method[m]} == {1.0, 2.0}
