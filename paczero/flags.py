@@ -201,7 +201,10 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
         groups[topic].add_argument(flag, **kw)
 
 
-def config_from_args(ns: argparse.Namespace) -> TrainConfig:
+def config_from_args(ns: argparse.Namespace, partial_sizes: bool = True) -> TrainConfig:
+    """The config of a command line. ``partial_sizes``: one or two sample sizes given keep the others sized from
+    the file (``paczero train``); False: the file sizes the run only where no size is given (``paczero regime``,
+    which draws U alone)."""
     values: dict[str, Any] = {}
     recipe = getattr(ns, "recipe", None)
     config = getattr(ns, "config", None)
@@ -236,7 +239,7 @@ def config_from_args(ns: argparse.Namespace) -> TrainConfig:
 
         print("paczero: dp-sgd defaults: " + ", ".join(f"{k} {v:g}" for k, v in unset.items())
               + " (flags set them)", file=sys.stderr)
-    if not set(SIZES) <= set(values):  # a size not set: from the file where the defaults do not fit it
+    if not set(SIZES) <= set(values) and (partial_sizes or not set(SIZES) & set(values)):  # from the file
         cfg = sizes_as_given(cfg, given=set(SIZES) & set(values))
     return cfg
 

@@ -273,7 +273,7 @@ def regime_command(ns) -> int:
 
             cfg = TrainConfig.from_dict({**_load_config(Path(ns.run)).to_dict(), **flags}, source=ns.run).validate()
         else:
-            cfg = config_from_args(ns)
+            cfg = config_from_args(ns, partial_sizes=False)  # U alone: no dev or test
         n_grid = ns.n_grid or default_n_grid(cfg.n_train)
         check_grid(n_grid, ns.m_grid, cfg.n_train)  # before any forward
         g, meta = compute_scalars(cfg, out, ns.directions or 16, run=Path(ns.run) if ns.run else None,
