@@ -123,11 +123,11 @@ def test_dp_candidates_compose_within_the_target_epsilon(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("lr, extra, words", [
-    ("1e-3,,2e-2", [], "empty item"),
+    ("1e-3,,2e-2", [], "a comma list of numbers (5e-3,1e-2,2e-2) or auto, got '1e-3,,2e-2'"),
     ("1e-3,1e-3", [], "names one learning rate"),
     ("1e-3,-2e-2", [], "must be > 0"),
     ("0,1e-3", [], "must be > 0"),
-    ("1e-3,x", [], "invalid float value"),
+    ("1e-3,x", [], "a comma list of numbers (5e-3,1e-2,2e-2) or auto, got '1e-3,x'"),
     ("1e-3,5e-3", ["--resume"], "cannot be resumed"),
     ("auto", ["--resume"], "cannot be resumed"),
 ])

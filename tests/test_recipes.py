@@ -191,7 +191,7 @@ def test_every_recipe_round_trips_through_print_config(tmp_path, capsys):
 
     seen = set()
     for name in list_recipes():
-        data = ["--data", str(DEMO_FILE)] if name in CPU + TUNED + REGIME + PRACTITIONER + SST2 else []
+        data = ["--data", str(DEMO_FILE)] if name in CPU + TUNED + REGIME + PRACTITIONER + SST2 + WEAK else []
         assert main(["train", "--recipe", name, "--print-config", *data]) == 0
         printed = capsys.readouterr().out
         path = tmp_path / "printed.yaml"
