@@ -9,22 +9,29 @@ import signal
 def kill_after_logged_step(at: int) -> None:
     """SIGKILL this process once step ``at``'s record is in log.jsonl (and its checkpoint written, if due):
     the progress bar's update follows both."""
+    signal_after_steps(at + 1, signal.SIGKILL)
+
+
+def signal_after_steps(done: int, sig: int, patch=setattr) -> None:
+    """Send this process ``sig`` as the progress bar counts its ``done``-th step (its record logged and its
+    checkpoint written, if due): SIGKILL a crash, SIGTERM a stop the loop answers with a checkpoint. ``patch``:
+    how the loop's progress bar is replaced (``monkeypatch.setattr`` in a test's own process)."""
     import paczero.train as tr
 
     progress = tr._progress
 
-    def killing_progress(cfg, start):
-        bar, done = progress(cfg, start), [start]
+    def signalling_progress(cfg, start):
+        bar, counted_so_far = progress(cfg, start), [start]
         update = bar.update
 
         def counted(n=1):
             update(n)
-            done[0] += n
-            if done[0] == at + 1:
-                os.kill(os.getpid(), signal.SIGKILL)
+            counted_so_far[0] += n
+            if counted_so_far[0] == done:
+                os.kill(os.getpid(), sig)
         bar.update = counted
         return bar
-    tr._progress = killing_progress
+    patch(tr, "_progress", signalling_progress)
 
 
 def trace_draws(path, patch=setattr) -> None:

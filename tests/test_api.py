@@ -1,7 +1,6 @@
 """The Python API (paczero.api): a model object built here, a tokenizer object and a datasets.Dataset train
 through the loop of `paczero train`, with its run folder, checkpoints, resume and privacy statement."""
 import json
-import os
 import signal
 
 import pytest
@@ -138,32 +137,18 @@ def test_a_stopped_run_resumes_from_its_checkpoint_to_the_uninterrupted_weights(
     stopped result names the command line's --resume or holds None where the README reads a value."""
     from safetensors.torch import load_file
 
-    import paczero.train as tr
+    from killpoints import signal_after_steps
 
     cfg = dict(SMALL, mechanism="pac-mi", mi_budget=0.2, steps=6, checkpoint_every=2)
     straight = PACZeroTrainer(model=_model(tokenizer), tokenizer=tokenizer, train_dataset=_dataset(),
                               out_dir=str(tmp_path / "straight"), **cfg).train(log=_quiet)
 
-    progress = tr._progress
-
-    def stopping_progress(cfg, start):  # a SIGTERM as step 3's progress is counted: the loop stops there
-        bar = progress(cfg, start)
-        update, done = bar.update, [start]
-
-        def counted(n=1):
-            update(n)
-            done[0] += n
-            if done[0] == 3:
-                os.kill(os.getpid(), signal.SIGTERM)
-        bar.update = counted
-        return bar
-
     trainer = PACZeroTrainer(model=_model(tokenizer), tokenizer=tokenizer, train_dataset=_dataset(),
                              out_dir=str(tmp_path / "stopped"), **cfg)
-    monkeypatch.setattr(tr, "_progress", stopping_progress)
     lines = []
-    first = trainer.train(log=lines.append)
-    monkeypatch.setattr(tr, "_progress", progress)
+    with monkeypatch.context() as patch:  # a SIGTERM as step 3's progress is counted: the loop stops there
+        signal_after_steps(3, signal.SIGTERM, patch=patch.setattr)
+        first = trainer.train(log=lines.append)
     assert first.stopped and first.summary["stopped_at"] == 3
     # the stopped result says how to go on in this API's words, and the README's reads find values
     assert "stopped at step 3" in first.statement and "trainer.train(resume=True)" in first.statement

@@ -298,9 +298,9 @@ def test_a_resumed_run_trains_on_the_canaries_it_drew(tmp_path, monkeypatch):
     part has run), and ends with the weights and transcript of the same run made without a stop. Red when a
     resume draws its canaries again, or trains without the canaries drawn in (the mechanism's saved state, of
     N + k examples, would then not load)."""
-    import os
     import signal
 
+    from killpoints import signal_after_steps
     from safetensors.torch import load_file
 
     import paczero.audit.canaries as canaries
@@ -310,23 +310,9 @@ def test_a_resumed_run_trains_on_the_canaries_it_drew(tmp_path, monkeypatch):
                     epsilon=2.0, sample_rate=0.5, steps=4, eval_every=2, checkpoint_every=2, lr=1e-3, canaries=8,
                     private_seed=0, dtype="fp32", progress=False, device="cpu")
     tr.train(TrainConfig(**settings, out_dir=str(tmp_path / "straight")).validate(), log=lambda line: None)
-    progress = tr._progress
-
-    def stopping_progress(cfg, start):
-        bar = progress(cfg, start)
-        update, done = bar.update, [start]
-
-        def counted(n=1):
-            update(n)
-            done[0] += n
-            if done[0] == 2:
-                os.kill(os.getpid(), signal.SIGTERM)
-        bar.update = counted
-        return bar
-
     stopped = TrainConfig(**settings, out_dir=str(tmp_path / "stopped")).validate()
     with monkeypatch.context() as patch:
-        patch.setattr(tr, "_progress", stopping_progress)
+        signal_after_steps(2, signal.SIGTERM, patch=patch.setattr)  # a SIGTERM as step 2 is counted
         assert tr.train(stopped, log=lambda line: None)["stopped_at"] == 2
     with monkeypatch.context() as patch:
         patch.setattr(canaries, "draw_inclusion", lambda *a: pytest.fail("a resume drew its canaries again"))
