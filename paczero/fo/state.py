@@ -33,9 +33,7 @@ class Resumable:
     #: the run folder whose ``private/updates/`` keeps each step's gradient (None: nothing kept, as in a benchmark)
     run_dir: Path | None = None
 
-    @property
-    def adamw(self) -> torch.optim.AdamW:
-        raise NotImplementedError
+    adamw: torch.optim.AdamW  # the engine's optimizer (each engine holds its own)
 
     def apply(self, grads: Sequence[torch.Tensor], lr: float, step: int | None = None) -> None:
         """One AdamW step at ``lr`` on ``grads`` (one tensor a parameter, in its dtype); ``step``: the run's step,
