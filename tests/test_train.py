@@ -651,15 +651,21 @@ def test_max_length_is_a_flag_and_a_run_says_how_many_examples_it_cut(tmp_path, 
     assert "training" not in message and " dev examples are longer than max_length" in message
 
 
-def test_build_fills_micro_batches_on_a_gpu_only(tmp_path, monkeypatch):
-    """The task a run builds fills its micro-batches to the token budget where the device is a GPU and keeps them
-    near zero padding on a CPU. Mutation that turns it red: _task not passing fill_batches (or passing the CPU's
-    rule everywhere)."""
+def test_build_fills_micro_batches_on_a_gpu_and_in_native_bf16(tmp_path, monkeypatch):
+    """The task a run builds fills its micro-batches to the token budget where the device is a GPU, or a CPU in
+    bf16 whose flags hold native bf16, and keeps them near zero padding on a CPU in fp32 or in emulated bf16.
+    Mutation that turns it red: _task not passing fill_batches, or passing the device alone (the dtype ignored),
+    or fills_batches ignoring the CPU's flags."""
     import paczero.run.build as build_module
+    from paczero.machine.hardware import CPU_FLAGS_ENV
     from paczero.run.build import build
 
     cfg = TrainConfig(**TINY, device="cpu")
-    assert build(cfg, with_model=False).task.fill_batches is False
+    monkeypatch.setenv(CPU_FLAGS_ENV, "avx512f avx512_bf16")
+    assert build(cfg.replace(dtype="fp32"), with_model=False).task.fill_batches is False
+    assert build(cfg.replace(dtype="bf16", mu=1e-2), with_model=False).task.fill_batches is True
+    monkeypatch.setenv(CPU_FLAGS_ENV, "avx2")  # bf16 emulated: padded tokens cost compute
+    assert build(cfg.replace(dtype="bf16", mu=1e-2), with_model=False).task.fill_batches is False
     monkeypatch.setattr(build_module, "resolve_device", lambda device: "cuda:0")
     assert build(cfg.replace(device="cuda"), with_model=False).task.fill_batches is True
 

@@ -64,13 +64,14 @@ class Harness:
             from paczero.models import compile_body
 
             compile_body(self.model)
-        self.task = build_task(cfg.task, self.lm.tokenizer, fill_batches=fills_batches(cfg.device),  # as train's
+        self.task = build_task(cfg.task, self.lm.tokenizer, fill_batches=fills_batches(cfg.device, cfg.dtype),  # as train's
                                template=cfg.template, verbalizer=cfg.verbalizer, labels=cfg.labels)
         self.perturber = None
         self.data: dict[int, tuple[list, list]] = {}
         self.universe, self.batches = self.data_for(cfg.n)
         #: the floor's micro-batches: the task's batching as train builds it on this device (padding capped at
-        #: 10 % on a CPU, filled to the token budget on a GPU), which the step scores too (built once, shared)
+        #: 10 % on a CPU in fp32, filled to the token budget on a GPU and in native bf16), which the step scores
+        #: too (built once, shared)
         self.floor_batches = self.batches
 
     def data_for(self, n: int) -> tuple[list, list]:

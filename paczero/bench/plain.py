@@ -29,8 +29,10 @@ def _plain_child(cfg_dict: dict, threads: int, conn) -> None:
     lm = load_model(cfg.model, dtype=cfg.dtype, device=cfg.device, track="ft", init_seed=cfg.seed,
                     random_init=cfg.random_init)
     model = lm.model.eval()
-    task = build_task(cfg.task, lm.tokenizer, fill_batches=fills_batches(cfg.device))
-    pool, _, _ = load_splits(cfg.task, n_train=None, n_dev=0, n_test=0, seed=cfg.seed)
+    task = build_task(cfg.task, lm.tokenizer, fill_batches=fills_batches(cfg.device, cfg.dtype),  # as the harness's
+                      template=cfg.template, verbalizer=cfg.verbalizer, labels=cfg.labels)
+    pool, _, _ = load_splits(cfg.task, cfg.data, n_train=None, n_dev=0, n_test=0, seed=cfg.seed,
+                             columns=cfg.columns, labels=cfg.labels)
     universe = task.encode([pool[i % len(pool)] for i in range(cfg.n)])
     inputs = [{"input_ids": b.input_ids.to(cfg.device), "attention_mask": b.attention_mask.to(cfg.device)}
               for b in task.make_batches(universe, token_budget=cfg.token_budget)]
@@ -55,13 +57,20 @@ def floor_against_plain(cfg: BenchConfig, floor_pass, threads: int) -> dict:
     here, there = ctx.Pipe()
     child = ctx.Process(target=_plain_child, args=(asdict(cfg), threads, there), daemon=True)
     child.start()
+    def answer():  # the child's next message; an error, not a wait for ever, where the child has died
+        while not here.poll(1.0):
+            if not child.is_alive():
+                raise RuntimeError(f"the plain forward's process ended (exit code {child.exitcode}): its error is "
+                                   "above; --no-plain skips the plain forward")
+        return here.recv()
+
     try:
-        res = here.recv()
+        res = answer()
         pairs = []
         for i in range(cfg.steps + 1):
             floor = floor_pass()
             here.send("pass")
-            plain = here.recv()
+            plain = answer()
             if i:  # the first pair warms the plain model up
                 pairs.append((floor, plain))
         here.send("stop")
