@@ -253,6 +253,32 @@ def test_the_floor_against_a_plain_transformers_forward():
     assert "floor/plain" in table([res])
 
 
+def test_the_plain_forward_reads_the_benchs_own_file(tmp_path, monkeypatch):
+    """With ``--data`` (a classification file of your own) the plain forward scores that file's rows with the
+    bench's prompt and answer words, as many micro-batches as the floor; a plain process that dies ends the bench
+    with one error, not a wait. Mutation that turns it red: the plain child loading the task's built-in data
+    (it has none: the child raised and the parent waited on its pipe for ever)."""
+    import json
+
+    from paczero.bench import plain as plain_module
+
+    data = tmp_path / "topics.jsonl"
+    words = ["alpha beta gamma", "delta", "epsilon zeta", "eta theta iota kappa"]
+    data.write_text("".join(json.dumps({"text": f"item {i} " + words[i % 4] * (1 + i % 3), "label": ["A", "B/C"][i % 2]})
+                            + "\n" for i in range(12)))
+    cfg = BenchConfig(model="tiny-llama", n=8, steps=1, scaling=False, memory=False, task="classification",
+                      data=str(data), labels=["A", "B/C"], verbalizer={0: " A", 1: " B/C"}, template="{sentence} ->")
+    res = measure(cfg, log=lambda s: None)
+    assert res["plain_s"] > 0 and res["plain_micro_batches"] == res["floor_micro_batches"]
+    monkeypatch.setattr(plain_module, "_plain_child", _dying_child)
+    with pytest.raises(RuntimeError, match="plain forward's process ended"):
+        plain_module.floor_against_plain(cfg, lambda: (0.0, 0.0), 1)
+
+
+def _dying_child(cfg_dict, threads, conn):
+    raise SystemExit(3)
+
+
 @pytest.fixture(scope="module")
 def installed_wheel(tmp_path_factory):
     """The wheel built from this checkout (``pip wheel``), installed with no dependencies into a fresh venv (which
