@@ -246,7 +246,7 @@ def fills_batches(device: str, dtype: str = "fp32") -> bool:
     them at 10 % padding. On a GPU, where a forward of a small model costs mostly its kernel launches (a pass over
     SST-2's U at N = 1000 is 15 micro-batches near zero padding, 2 filled to a budget of 32,768 tokens); on a CPU
     in bf16 with native bf16 arithmetic, whose matrix products run far below their rate on the few rows of a tight
-    micro-batch (a pass over 64 AG News items 1.39x faster filled, 128 SST-5 sentences 1.23x, though 20 % more
+    micro-batch (a pass over 64 AG News items 1.2-1.4x faster filled, 128 SST-5 sentences 1.23x, though 20 % more
     tokens are padded: docs/performance.md, "Micro-batches on a CPU"). In fp32 on a CPU padded tokens cost compute
     (the same passes 0.87x and 0.92x filled): tight."""
     if str(device).startswith("cuda"):
