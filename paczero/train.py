@@ -25,8 +25,8 @@ from typing import Any
 from paczero.checkpoint import save_checkpoint, set_times
 from paczero.config import AUTO, FIRST_ORDER, TrainConfig
 from paczero.run import duration, resume
-from paczero.run.build import (Given, Setup, build_together, evaluate, near_chance, small_splits_note, step_batches,
-                               trainable_state)
+from paczero.run.build import (Given, Setup, build_together, evaluate, evaluate_per_class, near_chance, small_splits_note,
+                               step_batches, trainable_state)
 from paczero.run.curves import write_run_curves
 from paczero.run.finish import finish
 from paczero.run.journal import Journal, recorded_data
@@ -144,7 +144,9 @@ class Run:
         setup = self.setup
         if self.weights_step != 0 or not self.cfg.eval_zero_shot or self.zero_shot is not None:
             return
-        self.zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": evaluate(setup, setup.test_enc)}
+        test, test_recall = evaluate_per_class(setup, setup.test_enc)
+        self.zero_shot = {"dev": evaluate(setup, setup.dev_enc), "test": test,
+                          **({"test_recall": test_recall} if test_recall is not None else {})}
         if setup.ood_enc is not None:
             self.zero_shot["ood_test"] = evaluate(setup, setup.ood_enc)
         self.log(f"zero-shot: dev {fmt(self.zero_shot['dev'])} | test {fmt(self.zero_shot['test'])}"

@@ -1222,3 +1222,41 @@ def test_the_sweep_command_a_report_prints_runs_each_cell_as_it_ran(tmp_path, mo
     assert [cmd[2] for cmd in commands if "data_fraction=1.0" in cmd] == ["cpu-sst2/lora-dpsgd-eps2-lr1e-2"]
     assert all("data=s.jsonl" in cmd for cmd in commands), commands
     assert not any(arg.startswith("mu=") for cmd in commands for arg in cmd)
+
+
+def test_the_gain_table_shows_each_classs_recall_zero_shot_and_released(tmp_path):
+    """A tuned table of a classification file (cpu-agnews) shows, per chosen cell, each class's test recall from
+    the runs' own records: the zero-shot figure → the released model's, means over the cell's runs, n; the grid's
+    other learning rates are not in it. Red if the section reads the released recall for both sides, averages over
+    every cell of the method (the unchosen lr included), or is left out of the page."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.3}
+    names = ["World", "Sports", "Business", "Sci/Tech"]
+    runs = {  # cell: {seed: (dev loss, zero-shot recalls, released recalls)}
+        "lora-zpl-skip-m16-lr1e-2": {0: (0.40, [0.5, 0.9, 0.2, 0.6], [0.7, 0.9, 0.5, 0.6]),
+                                     1: (0.45, [0.7, 0.9, 0.4, 0.6], [0.9, 1.0, 0.3, 0.8])},
+        "lora-zpl-skip-m16-lr2e-2": {0: (0.60, [0.5, 0.9, 0.2, 0.6], [0.0, 0.0, 0.0, 0.0])},
+    }
+    for cell, seeds in runs.items():
+        name = f"cpu-agnews/{cell}"
+        recipe = load_yaml(recipes_root() / f"{name}.yaml")
+        for seed, (dev_loss, zero, tuned) in seeds.items():
+            run = write_run(root, name, seed, test=0.7, dev=0.7, privacy=zpl,
+                            **{**recipe, "data": str(tmp_path / "agnews.jsonl"), "data_seed": seed})
+            summary = json.loads((run / "summary.json").read_text())
+            summary["dev"]["loss"] = dev_loss
+            summary["zero_shot"] = {"dev": {"accuracy": 0.6, "loss": 0.9}, "test": {"accuracy": 0.6, "loss": 0.9},
+                                    "test_recall": dict(zip(names, zero))}
+            summary["test_recall"] = dict(zip(names, tuned))
+            (run / "summary.json").write_text(json.dumps(summary))
+    out = write_report(root, tmp_path / "report", trajectories="none")
+    md = (out / "report.md").read_text()
+    section = md[md.index("Per-class recall on test"):]
+    header = next(line for line in section.splitlines() if line.startswith("| Method | n |"))
+    assert header == "| Method | n | World | Sports | Business | Sci/Tech |"
+    row = next(line for line in section.splitlines() if line.startswith("| PAC-ZPL"))
+    assert row.endswith("| 2 | 60.0 → 80.0 | 90.0 → 95.0 | 30.0 → 40.0 | 60.0 → 70.0 |"), row

@@ -801,3 +801,38 @@ def test_a_run_says_its_expected_duration_after_its_first_steps_but_a_dp_run(tmp
     files = "".join(p.read_text(errors="replace") for p in (tmp_path / "run").rglob("*") if p.is_file()
                     and p.suffix in (".json", ".jsonl", ".md", ".txt", ".csv"))
     assert "a step (from the first" not in files
+
+
+def test_a_classification_run_records_each_classs_test_recall(tmp_path):
+    """summary.json holds each class's recall on test for the released weights (``test_recall``) and for the base
+    model (``zero_shot.test_recall``), from the pass whose accuracy it records: recomputed here from the test rows'
+    labels and the released model's predictions (task.predict on the same rows, an independent path), and their
+    support-weighted mean is the recorded accuracy. Mutation that turns it red: recall computed over the predicted
+    rows (precision) instead of the true ones, or the zero-shot recall taken from the released weights."""
+    import numpy as np
+
+    from paczero.models import trainable_parameters
+    from paczero.run.build import build, load_trainable
+
+    out = tmp_path / "r"
+    cfg = TrainConfig(**{**TINY, "eval_zero_shot": True, "steps": 4, "lr": 0.5}, out_dir=str(out))
+    summary = train(cfg, log=_quiet)
+    recall, zero = summary["test_recall"], summary["zero_shot"]["test_recall"]
+    assert recall != zero  # the training moved the predictions: the two recalls are told apart
+    setup = build(cfg)
+    names = setup.task.class_names()
+    assert list(recall) == names and list(zero) == names
+    truth = np.asarray([e.label for e in setup.test_enc])
+    support = {n: int((truth == i).sum()) for i, n in enumerate(names)}
+
+    def recalls(pred):
+        return {n: None if not support[n] else float((pred[truth == i] == setup.task.labels[i]).mean())
+                for i, n in enumerate(names)}
+
+    assert zero == pytest.approx(recalls(setup.task.predict(setup.model, setup.test_enc)))
+    from safetensors.torch import load_file
+
+    load_trainable(trainable_parameters(setup.model, cfg.track), load_file(str(out / "selected.safetensors")))
+    assert recall == pytest.approx(recalls(setup.task.predict(setup.model, setup.test_enc)))
+    for rec, acc in ((recall, summary["test"]["accuracy"]), (zero, summary["zero_shot"]["test"]["accuracy"])):
+        assert sum(rec[n] * support[n] for n in names if support[n]) / len(truth) == pytest.approx(acc)

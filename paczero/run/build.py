@@ -442,6 +442,21 @@ def evaluate(setup: Setup, enc: list) -> dict[str, float]:
         return {k: float(v) for k, v in setup.task.evaluate(setup.model, enc, token_budget=setup.cfg.token_budget).items()}
 
 
+def evaluate_per_class(setup: Setup, enc: list) -> tuple[dict[str, float], dict[str, float] | None]:
+    """:func:`evaluate`'s loss and accuracy and, for a classification task, each class's recall on ``enc`` (the
+    share of its rows predicted right, keyed by class name, from the same pass; None for a class with no row there);
+    None for other tasks."""
+    if not hasattr(setup.task, "report"):
+        return evaluate(setup, enc), None
+    from paczero.machine.thread_share import refresh
+
+    refresh()
+    with torch.inference_mode():
+        r = setup.task.report(setup.model, enc, token_budget=setup.cfg.token_budget)
+    recall = {name: float(c["recall"]) if c["support"] else None for name, c in r["per_class"].items()}
+    return {"loss": float(r["loss"]), "accuracy": float(r["accuracy"])}, recall
+
+
 def trainable_state(params) -> dict[str, torch.Tensor]:
     return {name: p.detach().clone() for name, p in params}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from paczero.checkpoint import atomic_json
 from paczero.privacy.statement import privacy_statement_text, secret_source
-from paczero.run.build import Setup, environment, evaluate, load_trainable, split_sizes
+from paczero.run.build import Setup, environment, evaluate, evaluate_per_class, load_trainable, split_sizes
 from paczero.run.prelude import fmt, in_memory_record, private_batches, prompt_record
 from paczero.run.release import write_release
 from paczero.run.rungs import read_rungs, rungs_privacy
@@ -30,7 +30,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         load_trainable(params, load_file(str(run_dir / "best" / "weights.safetensors")))
         selected_step = best["step"]
     save_selected(run_dir / "selected.safetensors", params)
-    test = evaluate(setup, setup.test_enc)
+    test, test_recall = evaluate_per_class(setup, setup.test_enc)
     dev = best["dev"] if (cfg.dev_best and best is not None) else final_dev
     statement = mechanism.privacy_statement()
     statement["secret_source"] = secret_source(cfg, statement.get("private") is not False)
@@ -54,6 +54,7 @@ def finish(setup: Setup, run_dir: Path, params, mechanism, best, zero_shot, seco
         "selected_step": selected_step,
         "dev": dev,
         "test": test,
+        **({"test_recall": test_recall} if test_recall is not None else {}),  # each class's recall on test
         "privacy": statement,
         "privacy_text": privacy_statement_text(statement, cfg),
         "sizes": split_sizes(setup),  # the universe, dev and test sets' rows (the config's n_train, n_dev, n_test)

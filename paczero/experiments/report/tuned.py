@@ -19,6 +19,7 @@ from collections import defaultdict
 
 from paczero.config import DP_MECHANISMS, PAC_MECHANISMS
 from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
+from paczero.experiments.report.classes import recall_section
 from paczero.experiments.report.paired import (RESOLVED, fmt_interval, gains_by_seed, method_section,
                                                resolved_from, run_gain, seed_note, t_interval)
 from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
@@ -212,7 +213,7 @@ def gain_table(cells: list[Cell]) -> str:
          *(["Gain acc, out-of-domain", "Gain loss, out-of-domain"] if ood else []), *kept, "Guarantee",
          *(["Empirical ε (one-run audit)"] if audited else []), "Loss-attack AUC",
          *(["Dev loss at the final budget"] if ends else [])], rows)
-    return "\n\n".join(filter(None, [note, table, method_section(named)]))
+    return "\n\n".join(filter(None, [note, table, method_section(named), recall_section(named)]))
 
 
 def forwards_per_step(cfg: dict) -> float:
