@@ -25,6 +25,8 @@ from paczero.experiments.report.paired import (RESOLVED, fmt_interval, gains_by_
 from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
+#: the tables whose cells start from the prompt template auto chose on dev and from the plain prompt a user writes
+PROMPT_TABLES = ("cpu-agnews", "cpu-sst5")
 #: the tables reported in this layout
 TUNED_TABLES = ("cpu-tuned", "cpu-regime", "cpu-practitioner", "cpu-sst2", "gpu-sst2", "cpu-agnews", "cpu-sst5")
 #: also each method's gain over the zero-shot of its runs
@@ -34,13 +36,23 @@ BY_DEV_LOSS = ("cpu-sst2", "gpu-sst2", "cpu-agnews", "cpu-sst5")
 CEILING = "adamw"  # the non-private first-order reference: the gain the private methods are read against
 
 
-def label(cfg: dict, table: str | None = None) -> str:
+def label(cfg: dict, table: str | None = None, plain: bool = False) -> str:
     """The method's name with the update rules that differ from the paper's (and, in the SST-2 tables, whose PAC
     cells run at more than one M, its number of candidate subsets)."""
     rules = update_rules(cfg)
     if table in BY_DEV_LOSS and cfg.get("mechanism") in PAC_MECHANISMS and cfg.get("num_subsets"):
         rules = [*rules, f"M = {cfg['num_subsets']}"]
+    if plain:
+        rules = [*rules, "from the plain prompt"]
     return method_label(cfg) + (f" ({', '.join(rules)})" if rules else "")
+
+
+def cell_label(c: Cell) -> str:
+    """:func:`label` of a cell, naming the plain prompt where its table also has cells whose prompt template auto
+    chose on dev (their runs record the prompt's source)."""
+    plain = c.table in PROMPT_TABLES and any((r.summary.get("prompt") or {}).get("source") not in (None, "auto")
+                                             for r in c.runs)
+    return label(c.cfg, c.table, plain)
 
 
 def method_of(cell: Cell) -> str:
@@ -113,9 +125,12 @@ def gains(cell: Cell, split: str = "test") -> dict[str, tuple]:
 
 
 def _zero_label(settings: dict, groups: list) -> str:
-    """``zero-shot``, with the dtype where the table's runs evaluated the base model in more than one."""
-    dtypes = {g.get("dtype") for g, _ in groups}
-    return "zero-shot" if len(dtypes) < 2 else f"zero-shot ({settings.get('dtype')})"
+    """``zero-shot``, with the dtype and the prompt where the table's runs evaluated the base model in more than
+    one."""
+    dtypes, prompts = {g.get("dtype") for g, _ in groups}, {g.get("template") for g, _ in groups}
+    named = ([settings.get("dtype")] if len(dtypes) > 1 else []) + \
+        ([f"prompt {json.dumps(settings.get('template'))}"] if len(prompts) > 1 else [])
+    return "zero-shot" + (f" ({', '.join(named)})" if named else "")
 
 
 def empirical_epsilon(cell: Cell) -> str:
@@ -175,7 +190,7 @@ def gain_table(cells: list[Cell]) -> str:
         share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"], True)] \
             if kept else []
         interval = t_interval(list(gains_by_seed(c).values()))
-        rows.append([label(c.cfg, c.table), *([c.cfg.get("dtype")] if dtypes else []), f"{c.cfg['lr']:g}",
+        rows.append([cell_label(c), *([c.cfg.get("dtype")] if dtypes else []), f"{c.cfg['lr']:g}",
                      *([str(c.cfg["steps"])] if ends else []),
                      fmt_ms(*c.stat("test")), fmt_ms(*c.stat("test_loss"), digits=3),
                      fmt_ms(*g["accuracy"], digits=2), fmt_interval(*interval) if interval[1] is not None else "—",
@@ -205,7 +220,7 @@ def gain_table(cells: list[Cell]) -> str:
         note += (" Empirical ε: the lower bound at 95 % confidence of the one-run canary audit (docs/audit.md) of the "
                  "cell's audited runs; a lower bound never proves privacy, and "
                  "one above the stated ε would show the run does not keep its guarantee.")
-    named = [(label(c.cfg, c.table), c) for _, (c, _s, _g) in chosen]
+    named = [(cell_label(c), c) for _, (c, _s, _g) in chosen]
     note += " " + seed_note(named)
     table = markdown_table(
         ["Method", *(["dtype"] if dtypes else []), "lr (chosen on dev)", *(["Steps T"] if ends else []), "Test acc %",
@@ -325,7 +340,7 @@ def plot_budget(cells: list[Cell], path):
     top_y = max(zero + trained[:1]) + 0.04  # a curve that rises far above the zero-shot (overfitting) leaves the plot
     for i, (c, pts) in enumerate(chosen):
         xs, ys = zip(*[(x, y) for x, y in pts if x > 0.0])
-        name = f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g}, T = {c.cfg['steps']} (n={len(c.runs)})"
+        name = f"{cell_label(c)}, lr {c.cfg['lr']:g}, T = {c.cfg['steps']} (n={len(c.runs)})"
         if max(ys) > top_y:
             name += f"; rises to {max(ys):.2f}"
         ax.plot(xs, ys, marker="o", ms=3, color=f"C{i % 10}", label=name)
@@ -360,7 +375,7 @@ def tuned_table(cells: list[Cell]) -> str:
 
 def _budget_label(c: Cell) -> str:
     """:func:`label`, and in the SST-2 tables (whose methods may run at more than one budget) its steps T."""
-    return label(c.cfg, c.table) + (f", T = {c.cfg['steps']}" if c.table in BY_DEV_LOSS else "")
+    return cell_label(c) + (f", T = {c.cfg['steps']}" if c.table in BY_DEV_LOSS else "")
 
 
 def _tuned_table(cells: list[Cell]) -> str:
@@ -432,8 +447,11 @@ def tuned_headline(cells: list[Cell]) -> str | None:
     others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
         [f"{dp_in_words(c.cfg)}'s {fmt_ms(*c.stat('test'))}" for c in dp_by_epsilon(list(chosen.values()))]
     zero = zero_shot_stats(cells)
-    words = ", ".join(fmt_ms(*st["test"]) + ("" if _zero_label(s, zero) == "zero-shot" else f" in {s.get('dtype')}")
-                      for s, st in zero)
+    def shown(s: dict) -> str:  # the dtype as "in bf16"; with the prompt, both in brackets
+        inner = _zero_label(s, zero).removeprefix("zero-shot").strip(" ()")
+        return "" if not inner else f" in {inner}" if inner == s.get("dtype") else f" ({inner})"
+
+    words = ", ".join(fmt_ms(*st["test"]) + shown(s) for s, st in zero)
     return ("Test accuracy %, each method at its dev-chosen learning rate: " + "; ".join(parts)
             + (", against " + ", ".join(others) if others else "")
             + (f"; the base model zero-shot: {words}" if zero else "") + ".")
@@ -466,7 +484,7 @@ def plot_tuned(cells: list[Cell], path):
         if test[0] is None:
             continue
         color, marker = f"C{i % 10}", markers[family]
-        name = f"{label(c.cfg, c.table)}, lr {c.cfg['lr']:g}; {text if family != 'non-private' else 'no guarantee'}"
+        name = f"{cell_label(c)}, lr {c.cfg['lr']:g}; {text if family != 'non-private' else 'no guarantee'}"
         for ax, x in ((left, 1.0 if mia is None else mia), (right, auc[0])):
             if x is None:
                 continue
