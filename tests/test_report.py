@@ -1260,3 +1260,23 @@ def test_the_gain_table_shows_each_classs_recall_zero_shot_and_released(tmp_path
     assert header == "| Method | n | World | Sports | Business | Sci/Tech |"
     row = next(line for line in section.splitlines() if line.startswith("| PAC-ZPL"))
     assert row.endswith("| 2 | 60.0 → 80.0 | 90.0 → 95.0 | 30.0 → 40.0 | 60.0 → 70.0 |"), row
+
+
+def test_the_sweep_command_keeps_template_auto_for_runs_that_chose_their_prompt():
+    """A run of a recipe with ``template: auto`` records the prompt and answer words it chose on dev (its config's
+    template and verbalizer, the prompt record's source "auto"); the report's sweep command leaves them out, so the
+    rerun chooses again as the recipe says, while a run given its prompt (source "config") that differs from its
+    recipe's keeps it as a --set. Red if run_overrides compares the resolved template with the recipe's auto (it
+    printed --set template=... verbalizer=..., which would not rerun the table as published)."""
+    from types import SimpleNamespace
+
+    from paczero.config import TrainConfig
+    from paczero.experiments.report.provenance import run_overrides
+
+    defaults = TrainConfig().to_dict()
+    recipe = {"task": "classification", "template": "auto", "verbalizer": None, "labels": ["World", "Sports"]}
+    chosen = {**defaults, **recipe, "template": "Message: {sentence}\nTopic:", "verbalizer": {"0": " World", "1": " Sports"}}
+    auto = SimpleNamespace(cfg=chosen, summary={"prompt": {"source": "auto"}})
+    assert run_overrides(auto, recipe, defaults) == {}
+    given = SimpleNamespace(cfg={**chosen, "template": "{sentence}\nTopic:"}, summary={"prompt": {"source": "config"}})
+    assert set(run_overrides(given, recipe, defaults)) == {"template", "verbalizer"}
