@@ -531,6 +531,8 @@ def test_the_final_weights_are_evaluated_on_dev_once(tmp_path, monkeypatch):
     real = tr.evaluate
     monkeypatch.setattr(tr, "evaluate", lambda setup, enc: calls.append(len(enc)) or real(setup, enc))
     monkeypatch.setattr(fin, "evaluate", lambda setup, enc: calls.append(len(enc)) or real(setup, enc))
+    per_class = fin.evaluate_per_class  # the test pass (loss, accuracy and each class's recall from one pass)
+    monkeypatch.setattr(fin, "evaluate_per_class", lambda setup, enc: calls.append(len(enc)) or per_class(setup, enc))
     out = tmp_path / "run"
     summary = train(TrainConfig(**TINY, out_dir=str(out)), log=_quiet)  # 4 steps, dev every 2
     assert calls == [8, 8, 8]  # dev at steps 2 and 4, then test
