@@ -1068,7 +1068,7 @@ def test_the_tuned_headline_names_each_chosen_pac_zpl_cell_and_its_m(monkeypatch
 
     def cell(coin, m, mean):
         cfg = {"mechanism": "pac-zpl", "coin_step": coin, "num_subsets": m}
-        return SimpleNamespace(cfg=cfg, stat=lambda split, mean=mean: (mean, 1.0, 3))
+        return SimpleNamespace(cfg=cfg, table="cpu-sst2", runs=[], stat=lambda split, mean=mean: (mean, 1.0, 3))
 
     chosen = {"a": cell("skip", 16, 79.0), "b": cell("skip", 128, 81.0), "c": cell("move", 16, 80.0)}
     monkeypatch.setattr(tuned, "choose", lambda cells: {k: (c, 0, []) for k, c in chosen.items()})
@@ -1077,6 +1077,30 @@ def test_the_tuned_headline_names_each_chosen_pac_zpl_cell_and_its_m(monkeypatch
     assert line.index("81.00 ± 1.00 (n=3) with coin steps skipped at M = 128") \
         < line.index("79.00 ± 1.00 (n=3) with coin steps skipped at M = 16") \
         < line.index("80.00 ± 1.00 (n=3) with coin steps moving the weights (the paper's rule) at M = 16"), line
+
+
+def test_the_tuned_headline_names_the_pac_zpl_cell_from_the_plain_prompt(monkeypatch):
+    """cpu-agnews has two chosen PAC-ZPL cells with the same coin rule and M: one from the prompt template auto
+    chose on dev, one from the plain prompt (its runs record prompt source "template"). The headline gives
+    each its figure, the auto cell first, the plain one named so. Red if the plain-prompt cell read like a second
+    identical PAC-ZPL row (the name taken from the coin rule and M alone)."""
+    from types import SimpleNamespace
+
+    import paczero.experiments.report.tuned as tuned
+
+    def cell(source, mean):
+        cfg = {"mechanism": "pac-zpl", "coin_step": "skip", "num_subsets": 16}
+        runs = [SimpleNamespace(summary={"prompt": {"source": source}})]
+        return SimpleNamespace(cfg=cfg, table="cpu-agnews", runs=runs,
+                               stat=lambda split, mean=mean: (mean, 1.0, 3))
+
+    chosen = {"plain": cell("template", 68.5), "auto": cell("auto", 70.4)}
+    monkeypatch.setattr(tuned, "choose", lambda cells: {k: (c, 0, []) for k, c in chosen.items()})
+    monkeypatch.setattr(tuned, "zero_shot_stats", lambda cells: [])
+    line = tuned.tuned_headline([])
+    auto = "70.40 ± 1.00 (n=3) with coin steps skipped;"
+    plain = "68.50 ± 1.00 (n=3) with coin steps skipped from the plain prompt"
+    assert auto in line and plain in line and line.index(auto) < line.index(plain), line
 
 
 def _paired_sst2(root: Path, tmp_path: Path) -> dict[str, dict[int, tuple[float, float]]]:

@@ -17,42 +17,20 @@ import re
 import statistics
 from collections import defaultdict
 
-from paczero.config import DP_MECHANISMS, PAC_MECHANISMS
-from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std, method_label, update_rules
+from paczero.config import DP_MECHANISMS
+from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std
 from paczero.experiments.report.classes import recall_section
+from paczero.experiments.report.labels import BY_DEV_LOSS, cell_label, is_plain, zero_label
 from paczero.experiments.report.paired import (RESOLVED, fmt_interval, gains_by_seed, method_section,
                                                resolved_from, run_gain, seed_note, t_interval)
 from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
 
 LR_SUFFIX = re.compile(r"-lr[0-9.e+-]+$")
-#: the tables whose cells start from the prompt template auto chose on dev and from the plain prompt a user writes
-PROMPT_TABLES = ("cpu-agnews", "cpu-sst5")
 #: the tables reported in this layout
 TUNED_TABLES = ("cpu-tuned", "cpu-regime", "cpu-practitioner", "cpu-sst2", "gpu-sst2", "cpu-agnews", "cpu-sst5")
 #: also each method's gain over the zero-shot of its runs
 GAIN_TABLES = ("cpu-practitioner", "cpu-sst2", "gpu-sst2", "cpu-agnews", "cpu-sst5")
-#: the learning rate chosen by dev loss (the others: dev accuracy, then loss)
-BY_DEV_LOSS = ("cpu-sst2", "gpu-sst2", "cpu-agnews", "cpu-sst5")
 CEILING = "adamw"  # the non-private first-order reference: the gain the private methods are read against
-
-
-def label(cfg: dict, table: str | None = None, plain: bool = False) -> str:
-    """The method's name with the update rules that differ from the paper's (and, in the SST-2 tables, whose PAC
-    cells run at more than one M, its number of candidate subsets)."""
-    rules = update_rules(cfg)
-    if table in BY_DEV_LOSS and cfg.get("mechanism") in PAC_MECHANISMS and cfg.get("num_subsets"):
-        rules = [*rules, f"M = {cfg['num_subsets']}"]
-    if plain:
-        rules = [*rules, "from the plain prompt"]
-    return method_label(cfg) + (f" ({', '.join(rules)})" if rules else "")
-
-
-def cell_label(c: Cell) -> str:
-    """:func:`label` of a cell, naming the plain prompt where its table also has cells whose prompt template auto
-    chose on dev (their runs record the prompt's source)."""
-    plain = c.table in PROMPT_TABLES and any((r.summary.get("prompt") or {}).get("source") not in (None, "auto")
-                                             for r in c.runs)
-    return label(c.cfg, c.table, plain)
 
 
 def method_of(cell: Cell) -> str:
@@ -124,15 +102,6 @@ def gains(cell: Cell, split: str = "test") -> dict[str, tuple]:
     return {f: mean_std(run_gain(r, split, f) for r in cell.runs) for f in ("accuracy", "loss")}
 
 
-def _zero_label(settings: dict, groups: list) -> str:
-    """``zero-shot``, with the dtype and the prompt where the table's runs evaluated the base model in more than
-    one."""
-    dtypes, prompts = {g.get("dtype") for g, _ in groups}, {g.get("template") for g, _ in groups}
-    named = ([settings.get("dtype")] if len(dtypes) > 1 else []) + \
-        ([f"prompt {json.dumps(settings.get('template'))}"] if len(prompts) > 1 else [])
-    return "zero-shot" + (f" ({', '.join(named)})" if named else "")
-
-
 def empirical_epsilon(cell: Cell) -> str:
     """The one-run canary audit's ε lower bound (95 %) of a cell's runs that hold one (``paczero audit RUN`` of a
     run trained with ``--canaries M`` writes RUN/canary_audit.json), against its stated ε; "—" where no run was
@@ -177,7 +146,7 @@ def gain_table(cells: list[Cell]) -> str:
     audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
     ood = any(gains(c, "ood_test")["accuracy"][0] is not None for _, (c, _s, _g) in chosen)  # else no columns
     dtypes = len({c.cfg.get("dtype") for _, (c, _s, _g) in chosen} | {st.get("dtype") for st, _ in zero}) > 1
-    rows = [[_zero_label(settings, zero), *([settings.get("dtype")] if dtypes else []), "—", *(["0"] if ends else []),
+    rows = [[zero_label(settings, zero), *([settings.get("dtype")] if dtypes else []), "—", *(["0"] if ends else []),
              fmt_ms(*st["test"]), fmt_ms(*st["test_loss"], digits=3), "0", "—", "0",
              *(["0", "0"] if ood else []), *(["0 %", "0 %"] if kept else []), "none needed (reads no training data)",
              *(["—"] if audited else []), "—", *(["—"] if ends else [])] for settings, st in zero]
@@ -381,7 +350,7 @@ def _budget_label(c: Cell) -> str:
 def _tuned_table(cells: list[Cell]) -> str:
     chosen = choose(cells)
     zero = zero_shot_stats(cells)
-    rows = [[_zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells, settings)), "—",
+    rows = [[zero_label(settings, zero), "—", fmt_ms(*st["test"]), fmt_ms(*_zero_shot_ood(cells, settings)), "—",
              "none needed (reads no training data)", "0.5", "—"] for settings, st in zero]
     for method, (c, _seed, _grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
         text, mia = guarantee(c)
@@ -442,13 +411,14 @@ def tuned_headline(cells: list[Cell]) -> str | None:
     parts = [f"PAC-ZPL at MI = 0 reaches {fmt_ms(*c.stat('test'))} with coin steps "
              + ("skipped" if rule(c) == "skip" else "moving the weights (the paper's rule)")
              + (f" at M = {c.cfg.get('num_subsets')}" if several_m else "")
-             for c in sorted(zpl, key=lambda c: (rule(c) != "skip", -int(c.cfg.get("num_subsets") or 0)))]
+             + (" from the plain prompt" if is_plain(c) else "")
+             for c in sorted(zpl, key=lambda c: (is_plain(c), rule(c) != "skip", -int(c.cfg.get("num_subsets") or 0)))]
     mezo = [c for c in chosen.values() if c.cfg["mechanism"] == "mezo"]
     others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
         [f"{dp_in_words(c.cfg)}'s {fmt_ms(*c.stat('test'))}" for c in dp_by_epsilon(list(chosen.values()))]
     zero = zero_shot_stats(cells)
     def shown(s: dict) -> str:  # the dtype as "in bf16"; with the prompt, both in brackets
-        inner = _zero_label(s, zero).removeprefix("zero-shot").strip(" ()")
+        inner = zero_label(s, zero).removeprefix("zero-shot").strip(" ()")
         return "" if not inner else f" in {inner}" if inner == s.get("dtype") else f" ({inner})"
 
     words = ", ".join(fmt_ms(*st["test"]) + shown(s) for s, st in zero)
