@@ -44,7 +44,8 @@ def practitioner_cells(path: Path = PRACTITIONER, table: str = "cpu-practitioner
             cells.append({"table": table, "cell": f"{method}-lr{sci(lr)}", "cfg": cfg,
                           "title": f"{m['title']}, lr {sci(lr)}", "seeds": grid.get("seeds", CPU_SEEDS),
                           "source": "", "paper": None, "forwards": m["forwards"], "method": method,
-                          "data": grid.get("data", CPU_DATA), "ood": grid.get("ood", TUNED_OOD)})
+                          "data": grid.get("data", CPU_DATA), "ood": grid.get("ood", TUNED_OOD),
+                          "seed_field": grid.get("seed_field", "data_seed")})
     return cells
 
 

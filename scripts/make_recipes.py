@@ -183,7 +183,8 @@ def render_cpu(c: dict) -> str:
                      for line in head.splitlines()) + "\n"
     seeds = c.get("seeds", CPU_SEEDS)
     recipe = {"recipe": {"name": f"{table}/{c['cell']}", "table": table, "cell": c["cell"], "title": c["title"],
-                         "seeds": seeds, "seed_field": "data_seed", "requires_data": c.get("data", CPU_DATA)}}
+                         "seeds": seeds, "seed_field": c.get("seed_field", "data_seed"),
+                         "requires_data": c.get("data", CPU_DATA)}}
     unused = {"mu"} if cfg["mechanism"] in ("dp-sgd", "adamw") else set()  # a gradient step perturbs nothing
     return head + dump(recipe) + "\n" + dump({k: cfg[k] for k in KEY_ORDER if k in cfg and k not in unused})
 

@@ -489,12 +489,24 @@ def test_the_weak_start_tables_run_every_method_at_three_learning_rates_in_one_d
     from template auto with the class names, and PAC-ZPL and AdamW also from the plain prompt with the names as
     answer words; every row in bf16 (one zero-shot), dev 200, test the held-out file whole, dev loss selecting,
     a dev evaluation each tenth of the run; a DP cell keeps about n_train + n_dev of the training file's rows
-    (data_fraction). Red if a method, an epsilon or a learning rate is missing, rows differ in dtype, or a DP
-    cell uses the whole training file."""
+    (data_fraction); a longer cell (``-t<T>``) differs from one of its method's cells in its steps (and dev's
+    spacing) alone; a sweep seed sets both the data seed and the public seed. Red if a method, an epsilon or a
+    learning rate is missing, rows differ in dtype, a DP cell uses the whole training file, or the seeds vary the
+    data alone (the spread over seeds would leave out the directions' randomness)."""
     by_method: dict[str, list] = {}
     for name in [x for x in WEAK if x.startswith(table + "/")]:
         method = re.sub(r"-lr[0-9.e-]+$", "", name.split("/")[1])
         by_method.setdefault(method, []).append(cpu_cfg(name).validate())
+        assert yaml.safe_load(resolve_recipe(name).read_text())["recipe"]["seed_field"] == ["data_seed", "seed"]
+    longer = {m: cfgs for m, cfgs in by_method.items() if re.search(r"-t\d+$", m)}
+    for method, cfgs in longer.items():
+        del by_method[method]
+        base = by_method[re.sub(r"-t\d+$", "", method)]
+        for c in cfgs:
+            assert c.steps == int(method.rsplit("-t", 1)[1]) and c.steps // c.eval_every == 10
+            same = {k: v for k, v in c.to_dict().items() if k not in ("steps", "eval_every")}
+            assert any(same == {k: v for k, v in b.to_dict().items() if k not in ("steps", "eval_every")}
+                       for b in base), method
     assert set(by_method) == {"lora-zpl-skip-m16", "lora-zpl-skip-m16-plain", "lora-mezo", "lora-dpzero-eps2",
                               "lora-dpsgd-eps2", "lora-dpsgd-eps1", "lora-adamw", "lora-adamw-plain"}
     for method, cfgs in by_method.items():

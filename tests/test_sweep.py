@@ -100,6 +100,27 @@ def test_a_sweep_seed_sets_the_field_its_recipe_names(tmp_path):
         materialise(plan([str(own)], [2], tmp_path)[0], {}, write=False)
 
 
+def test_a_weak_start_tables_sweep_seed_sets_the_data_seed_and_the_public_seed(tmp_path):
+    """cpu-agnews and cpu-sst5 recipes name both fields (``seed_field: [data_seed, seed]``): seed k draws other
+    rows and other public directions, in the materialised config, its header and the train command alike; a
+    list naming a field twice or an unknown one is refused. Red if a list set only its first field (the seeds
+    would share their directions, as the SST-2 table's did) or the command passed one flag."""
+    from paczero.experiments.sweep import train_command
+
+    cell = plan(["cpu-agnews/lora-zpl-skip-m16-lr2e-2"], [2], tmp_path)[0]
+    (tmp_path / "a.jsonl").write_text('{"text": "a", "label": 0}\n')
+    cfg = materialise(cell, {"data": str(tmp_path / "a.jsonl"), "seed": 7})
+    assert (cfg.data_seed, cfg.seed) == (2, 2)
+    assert yaml.safe_load(cell.config_path.read_text())["recipe"]["seed_field"] == ["data_seed", "seed"]
+    cmd = train_command(cell, resume=False)
+    assert cmd[6:10] == ["--data-seed", "2", "--seed", "2"], cmd
+    own = tmp_path / "own.yaml"
+    for bad in ("[seed, seed]", "[data_seed, lr]", "[]"):
+        own.write_text(f"recipe: {{name: own, seed_field: {bad}}}\ntask: demo\n")
+        with pytest.raises(ConfigError, match="seed_field must be one of seed, data_seed or a list"):
+            materialise(plan([str(own)], [2], tmp_path)[0], {}, write=False)
+
+
 def test_visible_gpus(monkeypatch):
     assert visible_gpus(None) is None
     assert visible_gpus("0,3") == ["0", "3"]

@@ -11,7 +11,8 @@ seed and folder) and the run's console output ``seed<k>.log``. The seed ``k``
 sets the config field the recipe's header names (``recipe: {seed_field: ...}``):
 ``data_seed`` in the paper's recipes (which examples are drawn, what the
 paper's seeds varied; the public ``seed`` of directions and initialisation stays
-the recipe's), ``seed`` otherwise. Each cell is a
+the recipe's), both in the AG News and SST-5 tables' (``[data_seed, seed]``: seed k
+draws other examples and other directions), ``seed`` otherwise. Each cell is a
 subprocess (``python -m paczero.cli train --config seed<k>.yaml ...``), so a crash
 of one cell does not stop the others.
 
@@ -131,17 +132,21 @@ def parse_overrides(items: list[str] | None) -> dict[str, Any]:
 SEED_FIELDS = ("seed", "data_seed")
 
 
-def seed_field(source: Path) -> str:
-    """The config field a sweep seed sets for the recipe or config file ``source``: its header's
-    ``recipe: {seed_field: ...}`` (``data_seed`` in the paper's recipes), else ``seed``."""
+def seed_field(source: Path) -> tuple[str, ...]:
+    """The config fields a sweep seed sets for the recipe or config file ``source``: its header's
+    ``recipe: {seed_field: ...}``, one field or a list (``data_seed`` in the paper's recipes; ``[data_seed, seed]``
+    in the CPU tables from a weak start, whose seed k draws other examples and other public directions), else
+    ``seed``."""
     try:
         header = (yaml.safe_load(Path(source).read_text()) or {}).get("recipe")
     except (OSError, yaml.YAMLError, AttributeError):
-        return "seed"  # load_yaml reports an unreadable file in materialise
+        return ("seed",)  # load_yaml reports an unreadable file in materialise
     field = header.get("seed_field", "seed") if isinstance(header, dict) else "seed"
-    if field not in SEED_FIELDS:
-        raise ConfigError(f"{source}: recipe seed_field must be one of {', '.join(SEED_FIELDS)}, got {field!r}")
-    return field
+    fields = tuple(field) if isinstance(field, list) else (field,)
+    if not fields or len(set(fields)) != len(fields) or any(f not in SEED_FIELDS for f in fields):
+        raise ConfigError(f"{source}: recipe seed_field must be one of {', '.join(SEED_FIELDS)} or a list of them, "
+                          f"got {field!r}")
+    return fields
 
 
 def plan(patterns: list[str], seeds: list[int], out_root: str | os.PathLike) -> list[Cell]:
@@ -159,14 +164,15 @@ def materialise(cell: Cell, overrides: dict[str, Any], *, write: bool = True) ->
     values = load_yaml(cell.source)
     values.update(overrides)
     check_data_given(cell.source, values, "--set data=PATH")
-    field = seed_field(cell.source)
-    values.update({field: cell.seed}, out_dir=str(cell.run_dir), resume=cell.state() == "killed", overwrite=False)
+    fields = seed_field(cell.source)
+    values.update({f: cell.seed for f in fields}, out_dir=str(cell.run_dir), resume=cell.state() == "killed",
+                  overwrite=False)
     cfg = TrainConfig.from_dict(values, source=f"{cell.recipe} (seed {cell.seed})").validate()
     if not write:
         return cfg
     cell.config_path.parent.mkdir(parents=True, exist_ok=True)
     header = {"recipe": {"name": cell.recipe, "source": recipe_source(cell.source), "seed": cell.seed,
-                         "seed_field": field, "overrides": overrides}}
+                         "seed_field": fields[0] if len(fields) == 1 else list(fields), "overrides": overrides}}
     text = ("# materialised by 'paczero sweep': the recipe, the --set overrides, the seed and the run folder\n"
             + yaml.safe_dump(header, sort_keys=False) + yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     cell.config_path.write_text(text)
@@ -185,8 +191,9 @@ def recipe_source(source: Path) -> str:
 
 
 def train_command(cell: Cell, *, resume: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "paczero.cli", "train", "--config", str(cell.config_path),
-           "--" + seed_field(cell.source).replace("_", "-"), str(cell.seed), "--out-dir", str(cell.run_dir)]
+    seeds = [a for f in seed_field(cell.source) for a in ("--" + f.replace("_", "-"), str(cell.seed))]
+    cmd = [sys.executable, "-m", "paczero.cli", "train", "--config", str(cell.config_path), *seeds,
+           "--out-dir", str(cell.run_dir)]
     return cmd + (["--resume"] if resume else [])
 
 
