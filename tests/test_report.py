@@ -1286,6 +1286,53 @@ def test_the_gain_table_shows_each_classs_recall_zero_shot_and_released(tmp_path
     assert row.endswith("| 2 | 60.0 → 80.0 | 90.0 → 95.0 | 30.0 → 40.0 | 60.0 → 70.0 |"), row
 
 
+def test_runs_whose_template_auto_chose_other_prompts_pool_into_one_cell_and_one_zero_shot_row(tmp_path):
+    """Three seeds of one cpu-agnews recipe with ``template: auto``: seeds 0 and 1 chose "Message: ...", seed 2
+    "{sentence}\nCategory:" (each run records its choice in its config and prompt record, source "auto"). The
+    choice is an outcome, like a metric: the report keeps the three runs in one cell (n = 3, no "recipe changed",
+    no row per template) and their zero-shot in one row named for template auto; a cell from the plain prompt
+    (source "config") keeps its own zero-shot row. The longer cell (-t300) names its steps. Red if cells and
+    zero-shot rows were keyed by the recorded template (the runs split 2 + 1, as the report first printed them)."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.3}
+    words = {"0": " World", "1": " Sports", "2": " Business", "3": " Sci/Tech"}
+    chosen = {0: "Message: {sentence}\nTopic:", 1: "Message: {sentence}\nTopic:", 2: "{sentence}\nCategory:"}
+    zero = {0: 0.65, 1: 0.66, 2: 0.63}
+    cells = {"lora-zpl-skip-m16-lr2e-2": (0, 1, 2), "lora-zpl-skip-m16-t300-lr2e-2": (0,),
+             "lora-zpl-skip-m16-plain-lr2e-2": (0,)}
+    for cell, seeds in cells.items():
+        recipe = load_yaml(recipes_root() / f"cpu-agnews/{cell}.yaml")
+        for seed in seeds:
+            plain = recipe["template"] != "auto"
+            cfg = {**recipe, "data": str(tmp_path / "agnews.jsonl"), "data_seed": seed, "dtype": "bf16", "mu": 1e-2}
+            if not plain:
+                cfg.update(template=chosen[seed], verbalizer=words)
+            run = write_run(root, f"cpu-agnews/{cell}", seed, test=0.70, dev=0.7, privacy=zpl, **cfg)
+            summary = json.loads((run / "summary.json").read_text())
+            summary["prompt"] = {"template": cfg["template"], "verbalizer": words, "source": "config" if plain else "auto",
+                                 "candidates": [] if plain else [{"template": t, "verbalizer": v} for t, v in
+                                                                 ((chosen[seed], words), ("Text: {sentence}", {"0": " a"}))]}
+            summary["zero_shot"] = {"dev": {"accuracy": 0.6, "loss": 0.9},
+                                    "test": {"accuracy": 0.69 if plain else zero[seed], "loss": 0.9}}
+            (run / "summary.json").write_text(json.dumps(summary))
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    section = md[md.index("## cpu-agnews"):md.index("## Privacy statement")]
+    assert "recipe changed:" not in md and "[template=" not in md
+    zero_rows = [line for line in section.splitlines() if line.startswith("| zero-shot")]
+    shot = [line for line in zero_rows if "Test acc" not in line]
+    assert any(line.startswith("| zero-shot (the prompt template auto chose on dev) |") and "64.67 ± 1.53 (n=3)" in line
+               for line in shot), zero_rows
+    assert any(line.startswith('| zero-shot (prompt "{sentence}\\nTopic:") |') and "69.00 (n=1)" in line
+               for line in shot), zero_rows
+    rows = [line for line in section.splitlines() if line.startswith("| PAC-ZPL (coin steps skipped, M = 16) |")]
+    assert rows and all("70.00 ± 0.00 (n=3)" in line for line in rows), rows
+    assert any(line.startswith("| PAC-ZPL (coin steps skipped, M = 16, T = 300) |") for line in section.splitlines())
+
+
 def test_the_sweep_command_keeps_template_auto_for_runs_that_chose_their_prompt():
     """A run of a recipe with ``template: auto`` records the prompt and answer words it chose on dev (its config's
     template and verbalizer, the prompt record's source "auto"); the report's sweep command leaves them out, so the

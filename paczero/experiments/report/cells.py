@@ -41,6 +41,17 @@ class Run:
         return self.summary["config"]
 
     @property
+    def asked(self) -> dict:
+        """The run's config as it was asked for. A run whose prompt ``template: auto`` chose on dev records the
+        template (and, where they were chosen too, the answer words) it chose: an outcome of the run, like its
+        metrics, which may differ between seeds; here they read as asked, so such runs pool into one cell."""
+        prompt = self.summary.get("prompt") or {}
+        if prompt.get("source") != "auto":
+            return self.cfg
+        words = {json.dumps(c.get("verbalizer"), sort_keys=True) for c in prompt.get("candidates") or []}
+        return {**self.cfg, "template": "auto", **({"verbalizer": None} if len(words) != 1 else {})}
+
+    @property
     def privacy(self) -> dict:
         return self.summary.get("privacy") or {}
 
@@ -103,7 +114,7 @@ def find_runs(runs_dir: str | Path, *, exclude: Path | None = None) -> list[Run]
         run = Run(cell, cell.split("/")[0] if "/" in cell else "other", run_dir, summary)
         runs.append(run)
         if loose:
-            outside[(run.table, json.dumps(experiment(run.cfg), sort_keys=True, default=str))].append(run)
+            outside[(run.table, json.dumps(experiment(run.asked), sort_keys=True, default=str))].append(run)
     for group in outside.values():  # runs outside a sweep with one configuration: one cell, its seeds its runs
         names = sorted(r.cell for r in group)
         for r in group:
@@ -277,10 +288,10 @@ def group_cells(runs: list[Run], paper_rows: list[dict]) -> list[Cell]:
             by_rung[r["recipe"]][int(r["rung"])] = r
     variants: dict[str, dict[str, list[Run]]] = defaultdict(dict)
     for run in runs:
-        variants[run.cell].setdefault(json.dumps(experiment(run.cfg), sort_keys=True, default=str), []).append(run)
+        variants[run.cell].setdefault(json.dumps(experiment(run.asked), sort_keys=True, default=str), []).append(run)
     cells = []
     for name, groups in variants.items():
-        configs = [experiment(g[0].cfg) for g in groups.values()]
+        configs = [experiment(g[0].asked) for g in groups.values()]
         differing = sorted(k for k in set().union(*configs) if len({json.dumps(c.get(k), default=str)
                                                                      for c in configs}) > 1)
         for group, cfg in zip(groups.values(), configs):

@@ -3,6 +3,7 @@ the prompt a cell started from where its table has cells from two prompts, the z
 from __future__ import annotations
 
 import json
+import re
 
 from paczero.config import PAC_MECHANISMS
 from paczero.experiments.report.cells import Cell, method_label, update_rules
@@ -32,8 +33,12 @@ def is_plain(c: Cell) -> bool:
 
 
 def cell_label(c: Cell) -> str:
-    """:func:`label` of a cell, naming the plain prompt where it started from it (:func:`is_plain`)."""
-    return label(c.cfg, c.table, is_plain(c))
+    """:func:`label` of a cell, naming the plain prompt where it started from it (:func:`is_plain`) and its steps
+    where it is a method's longer cell (``-t<T>`` in its name: the same settings run further)."""
+    name = label(c.cfg, c.table, is_plain(c))
+    if re.search(r"-t\d+(-lr|$)", c.name):
+        name = name[:-1] + f", T = {c.cfg['steps']})" if name.endswith(")") else name + f" (T = {c.cfg['steps']})"
+    return name
 
 
 def zero_label(settings: dict, groups: list) -> str:
@@ -41,5 +46,10 @@ def zero_label(settings: dict, groups: list) -> str:
     one."""
     dtypes, prompts = {g.get("dtype") for g, _ in groups}, {g.get("template") for g, _ in groups}
     named = ([settings.get("dtype")] if len(dtypes) > 1 else []) + \
-        ([f"prompt {json.dumps(settings.get('template'))}"] if len(prompts) > 1 else [])
+        ([_prompt_words(settings.get("template"))] if len(prompts) > 1 else [])
     return "zero-shot" + (f" ({', '.join(named)})" if named else "")
+
+
+def _prompt_words(template: str | None) -> str:
+    """A zero-shot row's prompt: the template, or what chose it where the runs' template auto chose per seed."""
+    return "the prompt template auto chose on dev" if template == "auto" else f"prompt {json.dumps(template)}"

@@ -100,7 +100,7 @@ def zero_shot_stats(cells: list[Cell]) -> list[tuple[dict, dict[str, tuple]]]:
             pct = [None if (zs.get(s) or {}).get(metric) is None else 100.0 * float(zs[s][metric])
                    for s in ("test", "dev")]
             if pct[0] is not None:
-                key = json.dumps({k: r.cfg.get(k) for k in ZERO_SHOT_KEYS}, sort_keys=True, default=str)
+                key = json.dumps({k: r.asked.get(k) for k in ZERO_SHOT_KEYS}, sort_keys=True, default=str)
                 groups[key][r.cfg.get("data_seed")].append((pct[0], pct[1], (zs.get("test") or {}).get("loss")))
     out = []
     for key, by_seed in groups.items():

@@ -87,7 +87,7 @@ def _zero_shot_ood(cells: list[Cell], settings: dict | None = None) -> tuple:
     per_seed: dict = defaultdict(list)
     for c in cells:
         for r in c.runs:
-            if settings is not None and any(_same(r.cfg.get(k)) != _same(v) for k, v in settings.items()):
+            if settings is not None and any(_same(r.asked.get(k)) != _same(v) for k, v in settings.items()):
                 continue
             v = ((r.summary.get("zero_shot") or {}).get("ood_test") or {}).get("accuracy")
             if v is not None:
@@ -344,7 +344,8 @@ def tuned_table(cells: list[Cell]) -> str:
 
 def _budget_label(c: Cell) -> str:
     """:func:`label`, and in the SST-2 tables (whose methods may run at more than one budget) its steps T."""
-    return cell_label(c) + (f", T = {c.cfg['steps']}" if c.table in BY_DEV_LOSS else "")
+    name = cell_label(c)
+    return name + (f", T = {c.cfg['steps']}" if c.table in BY_DEV_LOSS and "T = " not in name else "")
 
 
 def _tuned_table(cells: list[Cell]) -> str:
