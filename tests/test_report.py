@@ -1068,7 +1068,8 @@ def test_the_tuned_headline_names_each_chosen_pac_zpl_cell_and_its_m(monkeypatch
 
     def cell(coin, m, mean):
         cfg = {"mechanism": "pac-zpl", "coin_step": coin, "num_subsets": m}
-        return SimpleNamespace(cfg=cfg, table="cpu-sst2", runs=[], stat=lambda split, mean=mean: (mean, 1.0, 3))
+        return SimpleNamespace(cfg=cfg, table="cpu-sst2", runs=[], name=f"cpu-sst2/lora-zpl-{coin}-m{m}-lr2e-2",
+                               stat=lambda split, mean=mean: (mean, 1.0, 3))
 
     chosen = {"a": cell("skip", 16, 79.0), "b": cell("skip", 128, 81.0), "c": cell("move", 16, 80.0)}
     monkeypatch.setattr(tuned, "choose", lambda cells: {k: (c, 0, []) for k, c in chosen.items()})
@@ -1083,24 +1084,27 @@ def test_the_tuned_headline_names_the_pac_zpl_cell_from_the_plain_prompt(monkeyp
     """cpu-agnews has two chosen PAC-ZPL cells with the same coin rule and M: one from the prompt template auto
     chose on dev, one from the plain prompt (its runs record prompt source "template"). The headline gives
     each its figure, the auto cell first, the plain one named so. Red if the plain-prompt cell read like a second
-    identical PAC-ZPL row (the name taken from the coin rule and M alone)."""
+    identical PAC-ZPL row (the name taken from the coin rule and M alone); the longer cell (-t300) likewise
+    names its steps."""
     from types import SimpleNamespace
 
     import paczero.experiments.report.tuned as tuned
 
-    def cell(source, mean):
-        cfg = {"mechanism": "pac-zpl", "coin_step": "skip", "num_subsets": 16}
+    def cell(source, mean, name="lora-zpl-skip-m16-lr2e-2", steps=100):
+        cfg = {"mechanism": "pac-zpl", "coin_step": "skip", "num_subsets": 16, "steps": steps}
         runs = [SimpleNamespace(summary={"prompt": {"source": source}})]
-        return SimpleNamespace(cfg=cfg, table="cpu-agnews", runs=runs,
+        return SimpleNamespace(cfg=cfg, table="cpu-agnews", runs=runs, name=f"cpu-agnews/{name}",
                                stat=lambda split, mean=mean: (mean, 1.0, 3))
 
-    chosen = {"plain": cell("template", 68.5), "auto": cell("auto", 70.4)}
+    chosen = {"plain": cell("template", 68.5), "auto": cell("auto", 70.4),
+              "long": cell("auto", 67.5, "lora-zpl-skip-m16-t300-lr2e-2", 300)}
     monkeypatch.setattr(tuned, "choose", lambda cells: {k: (c, 0, []) for k, c in chosen.items()})
     monkeypatch.setattr(tuned, "zero_shot_stats", lambda cells: [])
     line = tuned.tuned_headline([])
     auto = "70.40 ± 1.00 (n=3) with coin steps skipped;"
     plain = "68.50 ± 1.00 (n=3) with coin steps skipped from the plain prompt"
     assert auto in line and plain in line and line.index(auto) < line.index(plain), line
+    assert "67.50 ± 1.00 (n=3) with coin steps skipped over 300 steps" in line, line
 
 
 def _paired_sst2(root: Path, tmp_path: Path) -> dict[str, dict[int, tuple[float, float]]]:

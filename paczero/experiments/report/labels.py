@@ -32,11 +32,16 @@ def is_plain(c: Cell) -> bool:
                                             for r in c.runs)
 
 
+def is_longer(c: Cell) -> bool:
+    """Whether a cell is a method's longer cell: ``-t<T>`` in its name, the same settings run to T steps."""
+    return re.search(r"-t\d+(-lr|$)", c.name) is not None
+
+
 def cell_label(c: Cell) -> str:
     """:func:`label` of a cell, naming the plain prompt where it started from it (:func:`is_plain`) and its steps
     where it is a method's longer cell (``-t<T>`` in its name: the same settings run further)."""
     name = label(c.cfg, c.table, is_plain(c))
-    if re.search(r"-t\d+(-lr|$)", c.name):
+    if is_longer(c):
         name = name[:-1] + f", T = {c.cfg['steps']})" if name.endswith(")") else name + f" (T = {c.cfg['steps']})"
     return name
 

@@ -20,7 +20,7 @@ from collections import defaultdict
 from paczero.config import DP_MECHANISMS
 from paczero.experiments.report.cells import Cell, fmt_ms, guarantee, mean_std
 from paczero.experiments.report.classes import recall_section
-from paczero.experiments.report.labels import BY_DEV_LOSS, cell_label, is_plain, zero_label
+from paczero.experiments.report.labels import BY_DEV_LOSS, cell_label, is_longer, is_plain, zero_label
 from paczero.experiments.report.paired import (RESOLVED, fmt_interval, gains_by_seed, method_section,
                                                resolved_from, run_gain, seed_note, t_interval)
 from paczero.experiments.report.tables import _comparison_order, dp_by_epsilon, dp_in_words, markdown_table, zero_shot_stats
@@ -413,6 +413,7 @@ def tuned_headline(cells: list[Cell]) -> str | None:
              + ("skipped" if rule(c) == "skip" else "moving the weights (the paper's rule)")
              + (f" at M = {c.cfg.get('num_subsets')}" if several_m else "")
              + (" from the plain prompt" if is_plain(c) else "")
+             + (f" over {c.cfg['steps']} steps" if is_longer(c) else "")
              for c in sorted(zpl, key=lambda c: (is_plain(c), rule(c) != "skip", -int(c.cfg.get("num_subsets") or 0)))]
     mezo = [c for c in chosen.values() if c.cfg["mechanism"] == "mezo"]
     others = ([f"MeZO's {fmt_ms(*mezo[0].stat('test'))}"] if mezo else []) + \
