@@ -1343,15 +1343,17 @@ def test_the_sweep_command_keeps_template_auto_for_runs_that_chose_their_prompt(
     rerun chooses again as the recipe says, while a run given its prompt (source "config") that differs from its
     recipe's keeps it as a --set. Red if run_overrides compares the resolved template with the recipe's auto (it
     printed --set template=... verbalizer=..., which would not rerun the table as published)."""
-    from types import SimpleNamespace
-
     from paczero.config import TrainConfig
+    from paczero.experiments.report.cells import Run
     from paczero.experiments.report.provenance import run_overrides
 
     defaults = TrainConfig().to_dict()
     recipe = {"task": "classification", "template": "auto", "verbalizer": None, "labels": ["World", "Sports"]}
     chosen = {**defaults, **recipe, "template": "Message: {sentence}\nTopic:", "verbalizer": {"0": " World", "1": " Sports"}}
-    auto = SimpleNamespace(cfg=chosen, summary={"prompt": {"source": "auto"}})
+    def run(cfg, source):
+        return Run("cpu-agnews/x", "cpu-agnews", Path("seed0"), {"config": cfg, "prompt": {"source": source}})
+
+    auto = run(chosen, "auto")
     assert run_overrides(auto, recipe, defaults) == {}
-    given = SimpleNamespace(cfg={**chosen, "template": "{sentence}\nTopic:"}, summary={"prompt": {"source": "config"}})
+    given = run({**chosen, "template": "{sentence}\nTopic:"}, "config")
     assert set(run_overrides(given, recipe, defaults)) == {"template", "verbalizer"}

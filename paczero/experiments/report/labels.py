@@ -14,14 +14,17 @@ PROMPT_TABLES = ("cpu-agnews", "cpu-sst5")
 BY_DEV_LOSS = ("cpu-sst2", "gpu-sst2", "cpu-agnews", "cpu-sst5")
 
 
-def label(cfg: dict, table: str | None = None, plain: bool = False) -> str:
+def label(cfg: dict, table: str | None = None, plain: bool = False, longer: bool = False) -> str:
     """The method's name with the update rules that differ from the paper's (and, in the SST-2 tables, whose PAC
-    cells run at more than one M, its number of candidate subsets)."""
+    cells run at more than one M, its number of candidate subsets; ``plain``: the prompt it started from;
+    ``longer``: its steps T)."""
     rules = update_rules(cfg)
     if table in BY_DEV_LOSS and cfg.get("mechanism") in PAC_MECHANISMS and cfg.get("num_subsets"):
         rules = [*rules, f"M = {cfg['num_subsets']}"]
     if plain:
         rules = [*rules, "from the plain prompt"]
+    if longer:
+        rules = [*rules, f"T = {cfg['steps']}"]
     return method_label(cfg) + (f" ({', '.join(rules)})" if rules else "")
 
 
@@ -40,10 +43,7 @@ def is_longer(c: Cell) -> bool:
 def cell_label(c: Cell) -> str:
     """:func:`label` of a cell, naming the plain prompt where it started from it (:func:`is_plain`) and its steps
     where it is a method's longer cell (``-t<T>`` in its name: the same settings run further)."""
-    name = label(c.cfg, c.table, is_plain(c))
-    if is_longer(c):
-        name = name[:-1] + f", T = {c.cfg['steps']})" if name.endswith(")") else name + f" (T = {c.cfg['steps']})"
-    return name
+    return label(c.cfg, c.table, is_plain(c), is_longer(c))
 
 
 def zero_label(settings: dict, groups: list) -> str:

@@ -103,11 +103,8 @@ def run_overrides(run: Run, recipe: dict, defaults: dict) -> dict[str, Any]:
     every key but the execution keys whose recorded value the recipe would not give (a key the run's config
     predates counts as its default, as :func:`~paczero.experiments.report.cells.experiment` reads it)."""
     out = {}
-    auto = (run.summary.get("prompt") or {}).get("source") == "auto"  # template auto: the run records its choice
-    for k, v in {**json.loads(json.dumps(defaults, default=str)), **run.cfg}.items():
+    for k, v in {**json.loads(json.dumps(defaults, default=str)), **run.asked}.items():  # template auto read as asked
         given = _as_recipe_gives(k, recipe[k] if k in recipe else defaults.get(k), run.cfg)
-        if auto and k in ("template", "verbalizer") and recipe.get("template") == "auto":
-            continue  # the recipe's auto makes the same choice on the same dev rows
         if k not in EXECUTION_KEYS and json.dumps(v, default=str) != json.dumps(given, default=str):
             out[k] = v
     return out

@@ -344,8 +344,7 @@ def tuned_table(cells: list[Cell]) -> str:
 
 def _budget_label(c: Cell) -> str:
     """:func:`label`, and in the SST-2 tables (whose methods may run at more than one budget) its steps T."""
-    name = cell_label(c)
-    return name + (f", T = {c.cfg['steps']}" if c.table in BY_DEV_LOSS and "T = " not in name else "")
+    return cell_label(c) + (f", T = {c.cfg['steps']}" if c.table in BY_DEV_LOSS and not is_longer(c) else "")
 
 
 def _tuned_table(cells: list[Cell]) -> str:
