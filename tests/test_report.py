@@ -1290,6 +1290,56 @@ def test_the_gain_table_shows_each_classs_recall_zero_shot_and_released(tmp_path
     assert row.endswith("| 2 | 60.0 → 80.0 | 90.0 → 95.0 | 30.0 → 40.0 | 60.0 → 70.0 |"), row
 
 
+def test_a_plain_prompt_row_keeps_its_share_of_the_ceiling_from_the_plain_prompt(tmp_path, monkeypatch):
+    """cpu-agnews holds AdamW from both prompts: the one template auto chose (zero-shot 60 %, released 80 %: +20)
+    and the plain prompt (70 % to 74 %: +4). PAC-ZPL from auto's prompt gains +5 (25 % of +20); from the plain
+    prompt +2, which is 50 % of the plain prompt's ceiling, not 10 % of the other prompt's. Each gain varies over
+    three seeds so its 95 % t-interval excludes 0 (a ceiling not resolved gives "—"). Red with one ceiling for the
+    table (the first AdamW cell's gain: the plain row would read 10 %), or with the plain ceiling for every row.
+    The methods' plot marks chance at 1/4 for four classes (red at a two-class task's 50 %)."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.3}
+    none = {"mechanism": "adamw", "private": False, "mi_bound": None, "mia_bound": None, "steps": 100}
+    words = {"0": " World", "1": " Sports", "2": " Business", "3": " Sci/Tech"}
+    wobble = {0: -0.01, 1: 0.0, 2: 0.01}  # the same on both sides of a run's gain: means stay exact
+    cells = {"lora-adamw-lr1e-3": (none, 0.60, 0.80), "lora-adamw-plain-lr1e-3": (none, 0.70, 0.74),
+             "lora-zpl-skip-m16-lr2e-2": (zpl, 0.60, 0.65), "lora-zpl-skip-m16-plain-lr2e-2": (zpl, 0.70, 0.72)}
+    for cell, (privacy, zero, test) in cells.items():
+        recipe = load_yaml(recipes_root() / f"cpu-agnews/{cell}.yaml")
+        plain = recipe["template"] != "auto"
+        for seed in (0, 1, 2):
+            cfg = {**recipe, "data": str(tmp_path / "agnews.jsonl"), "data_seed": seed, "dtype": "bf16", "mu": 1e-2}
+            if not plain:
+                cfg.update(template="Message: {sentence}\nTopic:", verbalizer=words)
+            gain = (test - zero) * (1 + wobble[seed])  # the gain itself varies: a nonzero spread
+            run = write_run(root, f"cpu-agnews/{cell}", seed, test=zero + gain, dev=0.7, privacy=privacy, **cfg)
+            summary = json.loads((run / "summary.json").read_text())
+            summary["prompt"] = {"template": cfg["template"], "verbalizer": words, "source": "config" if plain else "auto"}
+            summary["zero_shot"] = {"dev": {"accuracy": 0.6, "loss": 0.9}, "test": {"accuracy": zero, "loss": 0.5}}
+            (run / "summary.json").write_text(json.dumps(summary))
+    saved = _axes_of_saved_figures(monkeypatch)
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    methods = [fig for fig in saved if any(ax[2] == "what each guarantee bounds" for ax in fig)]
+    assert methods and all(([0, 1], [25.0, 25.0]) in ax[1] for fig in methods for ax in fig)
+    section = md[md.index("## cpu-agnews"):md.index("## Privacy statement")]
+    head = next(line for line in section.splitlines() if line.startswith("| Method |") and "Ceiling kept: acc" in line)
+    at = [c.strip() for c in head.strip("|").split("|")].index("Ceiling kept: acc")
+
+    def kept(label: str) -> str:
+        row = next(line for line in section.splitlines() if line.startswith(f"| {label} |") and "Gain" not in line)
+        return [c.strip() for c in row.strip("|").split("|")][at]
+
+    assert kept("PAC-ZPL (coin steps skipped, M = 16)") == "25 %"
+    assert kept("PAC-ZPL (coin steps skipped, M = 16, from the plain prompt)") == "50 %"
+    assert kept("AdamW (non-private, first-order, from the plain prompt)") == "100 %"
+    assert kept("AdamW (non-private, first-order)") == "100 %"
+    assert "the plain-prompt rows against AdamW from the plain prompt" in section
+
+
 def test_runs_whose_template_auto_chose_other_prompts_pool_into_one_cell_and_one_zero_shot_row(tmp_path):
     """Three seeds of one cpu-agnews recipe with ``template: auto``: seeds 0 and 1 chose "Message: ...", seed 2
     "{sentence}\nCategory:" (each run records its choice in its config and prompt record, source "auto"). The

@@ -25,7 +25,10 @@ def label(cfg: dict, table: str | None = None, plain: bool = False, longer: bool
         rules = [*rules, "from the plain prompt"]
     if longer:
         rules = [*rules, f"T = {cfg['steps']}"]
-    return method_label(cfg) + (f" ({', '.join(rules)})" if rules else "")
+    name = method_label(cfg)
+    if rules and name.endswith(")"):  # "AdamW (non-private, first-order, from the plain prompt)": one bracket
+        return f"{name[:-1]}, {', '.join(rules)})"
+    return name + (f" ({', '.join(rules)})" if rules else "")
 
 
 def is_plain(c: Cell) -> bool:

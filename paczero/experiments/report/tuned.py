@@ -140,8 +140,8 @@ def gain_table(cells: list[Cell]) -> str:
     the data seeds both ran (:func:`~paczero.experiments.report.paired.method_section`)."""
     zero = zero_shot_stats(cells)
     chosen = sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0]))
-    top = next((gains(c) for _, (c, _s, _g) in chosen if c.cfg["mechanism"] == CEILING), None)
-    kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if top is not None else []
+    tops = {is_plain(c): gains(c) for _, (c, _s, _g) in reversed(chosen) if c.cfg["mechanism"] == CEILING}
+    kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if tops else []
     ends = cells[0].table in BY_DEV_LOSS
     audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
     ood = any(gains(c, "ood_test")["accuracy"][0] is not None for _, (c, _s, _g) in chosen)  # else no columns
@@ -156,6 +156,7 @@ def gain_table(cells: list[Cell]) -> str:
         end = curve_end(budget_curves(c)) if ends else ""
         if end.startswith("still falling"):
             end += longer_run_noise(c.cfg)
+        top = tops.get(is_plain(c), {"accuracy": (None, None), "loss": (None, None)})  # the ceiling from its prompt
         share = [ceiling_fraction(g["accuracy"], top["accuracy"]), ceiling_fraction(g["loss"], top["loss"], True)] \
             if kept else []
         interval = t_interval(list(gains_by_seed(c).values()))
@@ -176,8 +177,10 @@ def gain_table(cells: list[Cell]) -> str:
                  "each row's gain is over the zero-shot of its own runs, so of its own dtype.")
     if kept:
         note += (" Ceiling kept: the method's mean gain as a share of the mean gain of the non-private first-order "
-                 "ceiling (AdamW on the same trainable parameters, no clipping, no noise); \"—\" where the ceiling's "
-                 "own gain is not resolved.")
+                 "ceiling (AdamW on the same trainable parameters, no clipping, no noise"
+                 + (", from the same prompt: the plain-prompt rows against AdamW from the plain prompt" if len(tops) > 1
+                    else "") + "); \"—\" where the ceiling's own gain is not resolved or the table has no ceiling "
+                 "from that prompt.")
     if ends:
         note += (f" Dev loss at the final budget: the chosen cell's mean dev curve (the budget plot) is \"rising\" "
                  f"where its final point lies more than {FLAT_TOL} above its lowest (it overfits or grows noisier; "
@@ -428,6 +431,11 @@ def tuned_headline(cells: list[Cell]) -> str | None:
             + (f"; the base model zero-shot: {words}" if zero else "") + ".")
 
 
+def n_classes(cfg: dict) -> int:
+    """The number of classes a run scored: its answer words, else its labels, else two."""
+    return len(cfg.get("verbalizer") or cfg.get("labels") or (0, 1))
+
+
 def chosen_cells(cells: list[Cell]) -> list[Cell]:
     """The cells a tuned table stands for: each method's chosen one (its grid's other points are choices
     made on dev, not results)."""
@@ -467,10 +475,11 @@ def plot_tuned(cells: list[Cell], path):
             if ax is right and auc[1]:
                 ax.errorbar([x], [test[0]], xerr=[auc[1]], color=color, ls="none", capsize=0, alpha=0.5)
     zero = zero_shot_stats(cells)
+    chance = 100.0 / n_classes(chosen[0].cfg)
     for ax in (left, right):
         if zero and zero[0][1]["test"][0] is not None:
             ax.axhline(zero[0][1]["test"][0], color="k", ls=":", alpha=0.6)
-        ax.axhline(50.0, color="grey", ls="--", lw=0.8)  # chance on a balanced binary task
+        ax.axhline(chance, color="grey", ls="--", lw=0.8)  # a uniform guess among the classes
         ax.grid(alpha=0.3)
     left.set_xlim(0.47, 1.04)
     left.set_xlabel("MIA success bound of the guarantee (prior 0.5; 1: none)")
@@ -480,7 +489,7 @@ def plot_tuned(cells: list[Cell], path):
     left.set_title("what each guarantee bounds", fontsize=9)
     right.set_title("what the attack the field measures finds", fontsize=9)
     fig.suptitle("Each method at its dev-chosen learning rate (filled: in-domain test, hollow: out-of-domain test; "
-                 "dotted: zero-shot in-domain; dashed: chance)", fontsize=10)
+                 f"dotted: zero-shot in-domain; dashed: chance, 1/{n_classes(chosen[0].cfg)})", fontsize=10)
     fig.tight_layout()
     fig.legend(fontsize=7, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 0.0))
     path.parent.mkdir(parents=True, exist_ok=True)
