@@ -483,9 +483,9 @@ def test_the_sst2_tables_run_every_method_from_the_strong_prompt_on_the_papers_t
 
 
 @pytest.mark.parametrize("table, classes, n, pool", [("cpu-agnews", 4, 64, 5600), ("cpu-sst5", 5, 128, 8544)])
-def test_the_weak_start_tables_run_every_method_at_three_learning_rates_in_one_dtype(table, classes, n, pool):
+def test_the_weak_start_tables_run_every_method_at_three_learning_rates_or_more_in_one_dtype(table, classes, n, pool):
     """cpu-agnews and cpu-sst5: PAC-ZPL at MI = 0 (coin steps skipped, M = 16), MeZO, DPZero at epsilon 2,
-    DP-SGD at epsilon 1 and 2 and the AdamW ceiling, each at three learning rates differing in nothing else,
+    DP-SGD at epsilon 1 and 2 and the AdamW ceiling, each at three learning rates or more differing in nothing else,
     from template auto with the class names, and PAC-ZPL and AdamW also from the plain prompt with the names as
     answer words; every row in bf16 (one zero-shot), dev 200, test the held-out file whole, dev loss selecting,
     a dev evaluation each tenth of the run; a DP cell keeps about n_train + n_dev of the training file's rows
@@ -510,7 +510,7 @@ def test_the_weak_start_tables_run_every_method_at_three_learning_rates_in_one_d
     assert set(by_method) == {"lora-zpl-skip-m16", "lora-zpl-skip-m16-plain", "lora-mezo", "lora-dpzero-eps2",
                               "lora-dpsgd-eps2", "lora-dpsgd-eps1", "lora-adamw", "lora-adamw-plain"}
     for method, cfgs in by_method.items():
-        assert len({c.lr for c in cfgs}) == 3, method
+        assert len({c.lr for c in cfgs}) == len(cfgs) >= 3, method  # three or more, each its own
         rest = {json.dumps({k: v for k, v in c.to_dict().items() if k != "lr"}, sort_keys=True) for c in cfgs}
         assert len(rest) == 1, method
         c = cfgs[0]
