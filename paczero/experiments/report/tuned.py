@@ -140,7 +140,10 @@ def gain_table(cells: list[Cell]) -> str:
     the data seeds both ran (:func:`~paczero.experiments.report.paired.method_section`)."""
     zero = zero_shot_stats(cells)
     chosen = sorted(choose(cells).items(), key=lambda kv: _comparison_order(kv[1][0]))
-    tops = {is_plain(c): gains(c) for _, (c, _s, _g) in reversed(chosen) if c.cfg["mechanism"] == CEILING}
+    tops: dict[bool, dict] = {}  # the ceiling from each prompt source: its first chosen AdamW cell
+    for _, (c, _s, _g) in chosen:
+        if c.cfg["mechanism"] == CEILING:
+            tops.setdefault(is_plain(c), gains(c))
     kept = ["Ceiling kept: acc", "Ceiling kept: loss"] if tops else []
     ends = cells[0].table in BY_DEV_LOSS
     audited = any(empirical_epsilon(c) != "—" for _, (c, _s, _g) in chosen)
@@ -432,8 +435,10 @@ def tuned_headline(cells: list[Cell]) -> str | None:
 
 
 def n_classes(cfg: dict) -> int:
-    """The number of classes a run scored: its answer words, else its labels, else two."""
-    return len(cfg.get("verbalizer") or cfg.get("labels") or (0, 1))
+    """The number of classes a run scored (:func:`~paczero.tasks.data.class_labels`; two for a task without)."""
+    from paczero.tasks.data import class_labels
+
+    return len(class_labels(cfg.get("task", "sst2"), cfg.get("verbalizer"), cfg.get("labels")) or (0, 1))
 
 
 def chosen_cells(cells: list[Cell]) -> list[Cell]:
@@ -475,11 +480,11 @@ def plot_tuned(cells: list[Cell], path):
             if ax is right and auc[1]:
                 ax.errorbar([x], [test[0]], xerr=[auc[1]], color=color, ls="none", capsize=0, alpha=0.5)
     zero = zero_shot_stats(cells)
-    chance = 100.0 / n_classes(chosen[0].cfg)
+    k = n_classes(chosen[0].cfg)
     for ax in (left, right):
         if zero and zero[0][1]["test"][0] is not None:
             ax.axhline(zero[0][1]["test"][0], color="k", ls=":", alpha=0.6)
-        ax.axhline(chance, color="grey", ls="--", lw=0.8)  # a uniform guess among the classes
+        ax.axhline(100.0 / k, color="grey", ls="--", lw=0.8)  # chance: a uniform guess among the k classes
         ax.grid(alpha=0.3)
     left.set_xlim(0.47, 1.04)
     left.set_xlabel("MIA success bound of the guarantee (prior 0.5; 1: none)")
@@ -489,7 +494,7 @@ def plot_tuned(cells: list[Cell], path):
     left.set_title("what each guarantee bounds", fontsize=9)
     right.set_title("what the attack the field measures finds", fontsize=9)
     fig.suptitle("Each method at its dev-chosen learning rate (filled: in-domain test, hollow: out-of-domain test; "
-                 f"dotted: zero-shot in-domain; dashed: chance, 1/{n_classes(chosen[0].cfg)})", fontsize=10)
+                 f"dotted: zero-shot in-domain; dashed: chance, 1/{k})", fontsize=10)
     fig.tight_layout()
     fig.legend(fontsize=7, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 0.0))
     path.parent.mkdir(parents=True, exist_ok=True)
