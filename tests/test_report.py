@@ -1407,3 +1407,28 @@ def test_the_sweep_command_keeps_template_auto_for_runs_that_chose_their_prompt(
     assert run_overrides(auto, recipe, defaults) == {}
     given = run({**chosen, "template": "{sentence}\nTopic:"}, "config")
     assert set(run_overrides(given, recipe, defaults)) == {"template", "verbalizer"}
+
+
+def test_the_sweep_command_leaves_out_answer_words_template_auto_formed_from_the_class_names():
+    """With named classes and no answer words given (SST-5's recipe: ``labels: [terrible, ..., great]``), every
+    candidate of template auto carries the names as its words, one set; those words were formed by the run, so
+    the report's sweep command does not give them as ``--set verbalizer=...`` (the rerun forms them again), while
+    one set of words that are not the names was given and is kept. Red if ``Run.asked`` takes every single
+    candidate word set as given (the SST-5 report printed ``verbalizer={"0": " terrible", ...}``)."""
+    from paczero.config import TrainConfig
+    from paczero.experiments.report.cells import Run
+    from paczero.experiments.report.provenance import run_overrides
+
+    defaults = TrainConfig().to_dict()
+    names = ["terrible", "bad", "okay"]
+    recipe = {"task": "classification", "template": "auto", "verbalizer": None, "labels": names}
+
+    def run(words):
+        cfg = {**defaults, **recipe, "template": "Text: {sentence}\nLabel:", "verbalizer": words}
+        candidates = [{"template": t, "verbalizer": words} for t in ("Text: {sentence}\nLabel:", "{sentence}\nRating:")]
+        return Run("cpu-sst5/x", "cpu-sst5", Path("seed0"),
+                   {"config": cfg, "prompt": {"source": "auto", "candidates": candidates}})
+
+    assert run_overrides(run({"0": " terrible", "1": " bad", "2": " okay"}), recipe, defaults) == {}
+    given = {"0": " awful", "1": " poor", "2": " fine"}
+    assert run_overrides(run(given), recipe, defaults) == {"verbalizer": given}

@@ -44,12 +44,16 @@ class Run:
     def asked(self) -> dict:
         """The run's config as it was asked for. A run whose prompt ``template: auto`` chose on dev records the
         template (and, where they were chosen too, the answer words) it chose: an outcome of the run, like its
-        metrics, which may differ between seeds; here they read as asked, so such runs pool into one cell."""
+        metrics, which may differ between seeds; here they read as asked, so such runs pool into one cell. The
+        words were chosen where the candidates had several sets, or one set that the class names give (the
+        words auto forms from ``labels``: the same candidates whether or not they were also given)."""
         prompt = self.summary.get("prompt") or {}
         if prompt.get("source") != "auto":
             return self.cfg
         words = {json.dumps(c.get("verbalizer"), sort_keys=True) for c in prompt.get("candidates") or []}
-        return {**self.cfg, "template": "auto", **({"verbalizer": None} if len(words) != 1 else {})}
+        named = {str(i): " " + str(n).strip() for i, n in enumerate(self.cfg.get("labels") or [])}
+        chosen = len(words) != 1 or (named and words == {json.dumps(named, sort_keys=True)})
+        return {**self.cfg, "template": "auto", **({"verbalizer": None} if chosen else {})}
 
     @property
     def privacy(self) -> dict:
