@@ -1432,3 +1432,38 @@ def test_the_sweep_command_leaves_out_answer_words_template_auto_formed_from_the
     assert run_overrides(run({"0": " terrible", "1": " bad", "2": " okay"}), recipe, defaults) == {}
     given = {"0": " awful", "1": " poor", "2": " fine"}
     assert run_overrides(run(given), recipe, defaults) == {"verbalizer": given}
+
+
+def test_the_grid_marks_a_tie_on_dev_and_a_run_that_released_the_base_model(tmp_path):
+    """cpu-agnews: DPZero's three rates end with the same dev figures, each run's dev-best step being 0 (the base
+    model); the grid says the chosen 2.5e-4 is a tie (the smallest lr) and the others are tied with it, and each
+    released the base model; PAC-ZPL's chosen cell, which released step 100 and beat its other rate, is marked
+    chosen alone. Red if ties go unmarked, if a run with a later dev-best step is said to have released the base
+    model, or if a rate with other dev figures is called tied."""
+    from paczero.config import load_yaml
+    from paczero.recipes import recipes_root
+
+    root = tmp_path / "runs"
+    zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
+           "mia_bound": 0.5, "matched_dp_epsilon": 0.0, "steps": 100, "free_steps": 100, "unanimity_rate": 0.3}
+    cells = {"lora-dpzero-eps2-lr2.5e-4": (dp(2.0), 0.58, 0), "lora-dpzero-eps2-lr1e-3": (dp(2.0), 0.58, 0),
+             "lora-dpzero-eps2-lr4e-3": (dp(2.0), 0.58, 0), "lora-zpl-skip-m16-lr2e-2": (zpl, 0.66, 100),
+             "lora-zpl-skip-m16-lr1e-2": (zpl, 0.64, 40)}
+    for cell, (privacy, dev, step) in cells.items():
+        recipe = load_yaml(recipes_root() / f"cpu-agnews/{cell}.yaml")
+        cfg = {**recipe, "data": str(tmp_path / "agnews.jsonl"), "data_seed": 0, "dtype": "bf16", "mu": 1e-2,
+               "template": "Message: {sentence}\nTopic:", "verbalizer": {"0": " World", "1": " Sports"}}
+        run = write_run(root, f"cpu-agnews/{cell}", 0, test=0.6, dev=dev, privacy=privacy, **cfg)
+        summary = json.loads((run / "summary.json").read_text())
+        summary["dev"]["loss"] = 0.9611 if step == 0 else 1.0 - dev
+        summary.update(selected_step=step, zero_shot={"dev": {"accuracy": 0.58, "loss": 0.9611},
+                                                      "test": {"accuracy": 0.6, "loss": 0.9}})
+        (run / "summary.json").write_text(json.dumps(summary))
+    md = (write_report(root, tmp_path / "report", trajectories="none") / "report.md").read_text()
+    grid = md[md.index("Learning-rate grid"):]
+    marks = {tuple(c.strip() for c in line.strip("|").split("|")[1:2]) + (line.split("|")[5].strip(),)
+             for line in grid.splitlines() if line.startswith("| DPZero") or line.startswith("| PAC-ZPL")}
+    assert marks == {("0.00025", "**chosen** (tied: the smallest lr), released the base model (step 0)"),
+                     ("0.001", "tied with the chosen, released the base model (step 0)"),
+                     ("0.004", "tied with the chosen, released the base model (step 0)"),
+                     ("0.02", "**chosen**"), ("0.01", "")}, marks

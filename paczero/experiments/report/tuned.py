@@ -367,17 +367,24 @@ def _tuned_table(cells: list[Cell]) -> str:
                            "Unanimity %", "Guarantee", "MIA bound", "Loss-attack AUC (U vs held-out)"], rows)
     grid_rows = []
     for method, (c, seed, grid) in sorted(chosen.items(), key=lambda kv: _comparison_order(kv[1][0])):
+        best = next(d for g, d in grid if g is c)
+        tied = [g for g, d in grid if g is not c and d == best]  # the same dev figures: the smallest lr chosen
         for g, d in grid:
+            mark = ("**chosen**" + (" (tied: the smallest lr)" if tied else "")) if g is c else (
+                "tied with the chosen" if any(g is t for t in tied) else "")
+            if next((r.summary.get("selected_step") for r in g.runs if r.seed == seed), None) == 0:
+                mark += (", " if mark else "") + "released the base model (step 0)"
             grid_rows.append([_budget_label(g), f"{g.cfg['lr']:g}",
                               "—" if d is None else f"{d[0]:.1f}", "—" if d is None else f"{d[1]:.4f}",
-                              "**chosen**" if g is c else "", str(seed)])
+                              mark, str(seed)])
     grid = markdown_table(["Method", "lr", "Dev acc %", "Dev loss", "", "Seed"], grid_rows)
     note = ("Figures: mean ± sample std over the chosen cell's data seeds (n). The attack scores the released "
             "model's loss on the records of the universe U against the held-out test records of the same file; "
             "(ε, δ)-DP bounds it, the PAC guarantee does not (it bounds membership in the secret subset S* given "
             "U). The grid: each method's learning rates on the first seed's dev split; the chosen one has the "
-            + ("lowest dev loss (ties: the higher dev accuracy)." if cells and cells[0].table in BY_DEV_LOSS
-               else "highest dev accuracy (ties: the lower dev loss)."))
+            + ("lowest dev loss (ties: the higher dev accuracy" if cells and cells[0].table in BY_DEV_LOSS
+               else "highest dev accuracy (ties: the lower dev loss") + "; where both tie, the smallest lr, marked "
+            "so). A run that released the base model had no step better on dev than the base model's.")
     interval = attack_interval(list(c for c, _, _ in chosen.values()))
     if interval:
         note += " " + interval
