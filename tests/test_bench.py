@@ -490,3 +490,33 @@ def test_matmul_rate_is_the_flops_of_one_product_over_its_best_group(monkeypatch
     rate = mfu.matmul_tflops(8, 4, 2, dtype=torch.float32, device="cpu", min_s=0)
     assert len(calls) > 96  # the slow group (products 64..95) was among those timed
     assert rate == pytest.approx(2 * 8 * 4 * 2 / 1e-3 / 1e12)
+
+
+def test_the_warm_up_beyond_a_timed_step_is_reported_as_the_compilation():
+    """``--compile`` compiles in the warm-up floor pass and step, which the timings drop; the bench reports what
+    they took beyond a timed floor pass and step (wall and process CPU) and, with ``--compile``, says so in a line.
+    Fed here: warm-up floor 5 s (CPU 4), warm-up step 10 s (CPU 9), then floors of 1 s (CPU 0.5) and steps of 2 s
+    (CPU 1.5): (5 - 1) + (10 - 2) = 12 s, CPU (4 - 0.5) + (9 - 1.5) = 11 s. Red if the warm-ups are not kept (the
+    fields missing) or are compared with anything but the timed medians."""
+    from paczero.bench import _step_against_floor
+
+    class FakeHarness:
+        calls = 0
+        last_cpu_s = 0.0
+
+        def floor_pass(self):
+            self.calls += 1
+            wall, self.last_cpu_s = (5.0, 4.0) if self.calls == 1 else (1.0, 0.5)
+            return wall
+
+    def one_step(step):
+        wall, cpu = (10.0, 9.0) if step == 0 else (2.0, 1.5)
+        return {"step_s": wall, "step_cpu_s": cpu, "scalars_s": 1.0, "privacy_s": 0.0, "update_s": 1.0}
+
+    lines = []
+    res = _step_against_floor(BenchConfig(compile=True, steps=3), FakeHarness(), one_step, lines.append)
+    assert res["warmup_extra_s"] == 12.0 and res["warmup_extra_cpu_s"] == 11.0
+    assert any("compilation" in line and "12.0s, cpu 11.0s" in line for line in lines)
+    lines.clear()
+    _step_against_floor(BenchConfig(compile=False, steps=3), FakeHarness(), one_step, lines.append)
+    assert not any("compilation" in line for line in lines)
