@@ -1467,3 +1467,14 @@ def test_the_grid_marks_a_tie_on_dev_and_a_run_that_released_the_base_model(tmp_
                      ("0.001", "tied with the chosen, released the base model (step 0)"),
                      ("0.004", "tied with the chosen, released the base model (step 0)"),
                      ("0.02", "**chosen**"), ("0.01", "")}, marks
+
+
+def test_a_share_of_the_ceiling_that_rounds_to_zero_reads_0_percent():
+    """A method whose test loss did not move (gain 0.0, or a hair worse) against a ceiling that lowered it reads
+    "0 %", not "-0 %" (the SST-5 DP-SGD row); real shares keep their sign. Red with a plain ``:.0f`` format."""
+    from paczero.experiments.report.tuned import ceiling_fraction
+
+    assert ceiling_fraction((0.0, None), (-0.23, None), lower_is_better=True) == "0 %"
+    assert ceiling_fraction((0.001, None), (-0.23, None), lower_is_better=True) == "0 %"
+    assert ceiling_fraction((-0.1, None), (-0.2, None), lower_is_better=True) == "50 %"
+    assert ceiling_fraction((-5.0, None), (10.0, None)) == "-50 %"

@@ -129,7 +129,7 @@ def ceiling_fraction(gain: tuple, ceiling: tuple, lower_is_better: bool = False)
         return "—"  # the ceiling bought nothing on this figure: no share to keep
     if ceiling[1] is not None and not resolved_from(*ceiling):
         return "—"  # the ceiling's gain is not resolved from 0 over its seeds
-    return f"{100.0 * gain[0] / ceiling[0]:.0f} %"
+    return f"{round(100.0 * gain[0] / ceiling[0]) or 0} %"  # a share that rounds to 0 is 0 % (not -0 %)
 
 
 def gain_table(cells: list[Cell]) -> str:
