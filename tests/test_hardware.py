@@ -193,7 +193,7 @@ def test_a_sweep_takes_a_finished_auto_run_as_the_same_settings(tmp_path):
 
 def test_a_sweep_takes_a_finished_template_auto_run_as_the_same_settings(tmp_path):
     """A finished run of a recipe with ``template: auto`` recorded the prompt and answer words it chose (and
-    ``prompt.source: auto`` in run.json); a later sweep of that recipe sees the same settings. Red if the
+    ``prompt.source: auto`` in summary.json); a later sweep of that recipe sees the same settings. Red if the
     sweep compares the chosen template with 'auto' ("template 'Text: ...' -> 'auto'"); a run whose prompt was
     given (no source auto) still differs from template auto, and so do answer words given beside auto."""
     from paczero.experiments import sweep
@@ -204,7 +204,7 @@ def test_a_sweep_takes_a_finished_template_auto_run_as_the_same_settings(tmp_pat
     (tmp_path / "summary.json").write_text(json.dumps({"config": ran}))
     cell = type("C", (), {"run_dir": tmp_path})()
     assert sweep._other_settings(cell, TrainConfig(template="auto")).startswith("template ")  # given, not chosen
-    (tmp_path / "run.json").write_text(json.dumps({"config": ran, "prompt": {"source": "auto"}}))
+    (tmp_path / "summary.json").write_text(json.dumps({"config": ran, "prompt": {"source": "auto"}}))
     assert sweep._other_settings(cell, TrainConfig(template="auto")) == ""
     assert sweep._other_settings(cell, TrainConfig(template="auto", lr=5e-3)).startswith("lr ")
     words = {"0": " awful", "1": " fine"}

@@ -44,7 +44,7 @@ from typing import Any, Callable
 import yaml
 
 from paczero.checkpoint import RunLock, run_record
-from paczero.config import AUTO, DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
+from paczero.config import DP_MECHANISMS, ConfigError, TrainConfig, load_yaml
 from paczero.machine.hardware import allowed_cores
 from paczero.experiments.slurm import check_slurm, queued_jobs, submitit_module
 from paczero.run.stop import on_stop_signals
@@ -458,22 +458,19 @@ def _other_settings(cell: Cell, wanted: TrainConfig) -> str:
     """How the finished run in ``cell`` differs from ``wanted`` (seed, folder and other execution keys aside),
     as ``key (there -> now)``; empty when it does not."""
     from paczero.experiments.report import experiment
+    from paczero.experiments.report.cells import Run
 
     try:
-        ran = json.loads((cell.run_dir / "summary.json").read_text())["config"]
-    except (OSError, ValueError, KeyError):
+        summary = json.loads((cell.run_dir / "summary.json").read_text())
+        summary["config"]
+    except (OSError, ValueError, KeyError, TypeError):
         return ""
-    try:
-        chose = (json.loads((cell.run_dir / "run.json").read_text()).get("prompt") or {}).get("source") == "auto"
-    except (OSError, ValueError, AttributeError):
-        chose = False
     now = experiment(json.loads(json.dumps(wanted.to_dict())))
     if now.get("data") not in (None, "demo"):  # recorded resolved by the run
         now["data"] = str(Path(now["data"]).expanduser().resolve())
-    ran = experiment(ran)  # a key the finished run predates: its default
+    # as asked: template auto's chosen prompt and words read as auto (a key the finished run predates: its default)
+    ran = experiment(Run("", "", cell.run_dir, summary).asked)
     resolved = {k for k, v in (("dtype", "auto"), ("mu", None)) if now.get(k) == v}  # the run recorded what they became
-    if chose and now.get("template") == AUTO:  # template auto: the run recorded the prompt and words it chose
-        resolved |= {"template"} | ({"verbalizer"} if now.get("verbalizer") is None else set())
     return ", ".join(f"{k} {ran.get(k)!r} -> {now[k]!r}" for k in sorted(now) if ran.get(k) != now[k] and k not in resolved)
 
 

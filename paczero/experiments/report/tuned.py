@@ -38,8 +38,12 @@ def method_of(cell: Cell) -> str:
     return LR_SUFFIX.sub("", cell.name)
 
 
+def _seed_run(cell: Cell, seed: int):
+    return next((r for r in cell.runs if r.seed == seed), None)
+
+
 def _dev(cell: Cell, seed: int) -> tuple[float, float] | None:
-    run = next((r for r in cell.runs if r.seed == seed), None)
+    run = _seed_run(cell, seed)
     if run is None or not run.summary.get("dev"):
         return None
     dev = run.summary["dev"]
@@ -129,7 +133,7 @@ def ceiling_fraction(gain: tuple, ceiling: tuple, lower_is_better: bool = False)
         return "—"  # the ceiling bought nothing on this figure: no share to keep
     if ceiling[1] is not None and not resolved_from(*ceiling):
         return "—"  # the ceiling's gain is not resolved from 0 over its seeds
-    return f"{round(100.0 * gain[0] / ceiling[0]) or 0} %"  # a share that rounds to 0 is 0 % (not -0 %)
+    return f"{round(100.0 * gain[0] / ceiling[0])} %"  # an int: a share that rounds to 0 is 0 % (not -0 %)
 
 
 def gain_table(cells: list[Cell]) -> str:
@@ -372,7 +376,8 @@ def _tuned_table(cells: list[Cell]) -> str:
         for g, d in grid:
             mark = ("**chosen**" + (" (tied: the smallest lr)" if tied else "")) if g is c else (
                 "tied with the chosen" if any(g is t for t in tied) else "")
-            if next((r.summary.get("selected_step") for r in g.runs if r.seed == seed), None) == 0:
+            run = _seed_run(g, seed)
+            if run is not None and run.summary.get("selected_step") == 0:
                 mark += (", " if mark else "") + "released the base model (step 0)"
             grid_rows.append([_budget_label(g), f"{g.cfg['lr']:g}",
                               "—" if d is None else f"{d[0]:.1f}", "—" if d is None else f"{d[1]:.4f}",
