@@ -864,7 +864,7 @@ def test_the_sst2_tables_choose_by_dev_loss_and_give_the_share_of_the_ceilings_g
     from paczero.config import load_yaml
     from paczero.experiments.report.cells import Run
     from paczero.experiments.report.cells import group_cells
-    from paczero.experiments.report.tuned import budget_curves
+    from paczero.experiments.report.budget import budget_curves
     from paczero.recipes import recipes_root
 
     root = tmp_path / "runs"
@@ -988,7 +988,7 @@ def test_the_sst2_tables_say_where_each_dev_curve_stands_at_the_final_budget(tmp
     classification of each chosen cell's mean curve. Red with the thirds swapped, without the tolerance (a 0.001
     wiggle would read as falling), with "still falling" tested first (red on the curve that fell,
     then rose), or with the column read from another cell's curve."""
-    from paczero.experiments.report.tuned import curve_end, forwards_per_second
+    from paczero.experiments.report.budget import curve_end, forwards_per_second
 
     x = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90]
     falling = list(zip(x, [0.42, 0.41, 0.40, 0.40, 0.39, 0.39, 0.385, 0.38, 0.37, 0.36]))
@@ -1027,7 +1027,7 @@ def test_a_still_falling_dp_sgd_curve_is_priced_in_noise_for_a_longer_run(tmp_pa
     every DP-SGD cell."""
     from opacus.accountants.utils import get_noise_multiplier
 
-    from paczero.experiments.report.tuned import longer_run_noise
+    from paczero.experiments.report.budget import longer_run_noise
 
     root = tmp_path / "runs"
     zpl = {"mechanism": "pac-zpl", "private": True, "mi_spent": 0.0, "mi_total_budget": 0.0, "mi_bound": 0.0,
